@@ -1,0 +1,117 @@
+"""Statistics on seeded synthetic data with known truth."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sessiongen import stats
+
+TRUE_MEDIAN = 2.0  # lognormal(mu=ln 2, sigma) has median exactly 2
+
+
+def _sample(seed: int, n: int, sigma: float = 0.6) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(math.log(TRUE_MEDIAN), sigma, n)
+
+
+def test_median_ci_coverage_is_near_nominal() -> None:
+    covered = 0
+    for seed in range(200):
+        ci = stats.bootstrap_quantile(_sample(seed, 60), conf=0.95, seed=seed)
+        covered += ci.low <= TRUE_MEDIAN <= ci.high
+    assert 180 <= covered <= 198, covered
+
+
+def test_narrower_conf_gives_lower_coverage_and_narrower_interval() -> None:
+    x = _sample(7, 80)
+    wide = stats.bootstrap_quantile(x, conf=0.95, seed=1)
+    narrow = stats.bootstrap_quantile(x, conf=0.5, seed=1)
+    assert wide.low < narrow.low <= narrow.estimate <= narrow.high < wide.high
+
+
+def test_bootstrap_is_deterministic_per_seed() -> None:
+    x = _sample(3, 50)
+    assert stats.bootstrap_quantile(x, seed=5) == stats.bootstrap_quantile(x, seed=5)
+    assert stats.bootstrap_quantile(x, seed=5) != stats.bootstrap_quantile(x, seed=6)
+
+
+def test_p90_estimate_and_interval() -> None:
+    x = np.arange(1.0, 1001.0)
+    ci = stats.bootstrap_quantile(x, q=0.9, seed=0)
+    assert ci.estimate == pytest.approx(np.quantile(x, 0.9))
+    assert ci.low < 900.1 < ci.high
+
+
+def test_degenerate_samples() -> None:
+    empty = stats.bootstrap_quantile([])
+    assert math.isnan(empty.estimate) and empty.n == 0
+    one = stats.bootstrap_quantile([3.0, math.nan])
+    assert (one.estimate, one.low, one.high, one.n) == (3.0, 3.0, 3.0, 1)
+    assert math.isnan(stats.bootstrap_ratio([], [1.0]).estimate)
+    with pytest.raises(ValueError):
+        stats.bootstrap_quantile([1.0], conf=1.5)
+
+
+def _sessions(seed: int, n: int, speedup: float) -> tuple[np.ndarray, np.ndarray]:
+    """OFF and ON TTFT for n sessions with a strong per-session effect shared by both."""
+    rng = np.random.default_rng(seed)
+    session = rng.lognormal(0.0, 0.5, n)
+    off = 8.0 * session * rng.lognormal(0.0, 0.05, n)
+    on = 8.0 / speedup * session * rng.lognormal(0.0, 0.05, n)
+    return off, on
+
+
+def test_ratio_recovers_planted_speedup_and_covers_it() -> None:
+    covered = 0
+    for seed in range(100):
+        off, on = _sessions(seed, 40, 3.0)
+        ci = stats.bootstrap_ratio(off, on, paired=True, n_resamples=500, seed=seed)
+        covered += ci.low <= 3.0 <= ci.high
+    assert 88 <= covered <= 100, covered
+    off, on = _sessions(0, 200, 3.0)
+    assert stats.bootstrap_ratio(off, on, paired=True).estimate == pytest.approx(3.0, rel=0.1)
+
+
+def test_pairing_removes_session_variation() -> None:
+    off, on = _sessions(11, 40, 2.0)
+    paired = stats.bootstrap_ratio(off, on, paired=True, seed=0)
+    independent = stats.bootstrap_ratio(off, on, paired=False, seed=0)
+    assert paired.estimate == independent.estimate
+    assert (paired.high - paired.low) < 0.5 * (independent.high - independent.low)
+
+
+def test_paired_units_with_missing_values() -> None:
+    off, on = _sessions(2, 30, 2.0)
+    off2 = np.column_stack([off, off * 1.01])
+    on2 = np.column_stack([on, on * 0.99])
+    on2[0, :] = np.nan  # a session that failed in the ON arm
+    on2[1, 1] = np.nan
+    ci = stats.bootstrap_ratio(off2, on2, paired=True, seed=0)
+    assert ci.n == 30 and ci.low < 2.0 < ci.high
+    with pytest.raises(ValueError):
+        stats.bootstrap_ratio(off2, on2[:-1], paired=True)
+
+
+def test_mann_whitney_false_positive_rate_and_power() -> None:
+    rejections = 0
+    for seed in range(200):
+        rejections += stats.mann_whitney(_sample(seed, 30), _sample(seed + 1000, 30)).p_value < 0.05
+    assert rejections <= 20, rejections
+    a, b = _sample(1, 30), _sample(2, 30) * 1.5
+    res = stats.mann_whitney(a, b, alternative="b-greater")
+    assert res.p_value < 0.01 and res.prob_b_greater > 0.65
+    assert stats.mann_whitney(b, a, alternative="b-greater").p_value > 0.5
+
+
+def test_holm_adjustment() -> None:
+    adj = stats.holm([0.01, 0.04, math.nan, 0.03])
+    assert adj[0] == pytest.approx(0.03)
+    assert adj[1] == pytest.approx(0.06) and adj[3] == pytest.approx(0.06)
+    assert math.isnan(adj[2])
+
+
+def test_stable_seed_depends_on_key_only() -> None:
+    assert stats.stable_seed(0, "alternate", 3) == stats.stable_seed(0, "alternate", 3)
+    assert stats.stable_seed(0, "alternate", 3) != stats.stable_seed(0, "fixed", 3)
