@@ -1,0 +1,37 @@
+# The two quick-start commands (see README): `make demo` and `make test`.
+# Both create or reuse the virtual environment in .venv/ and install the project into it.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck test-fast test-real install real-stack clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job on the embedded simulated pair.
+demo: $(STAMP)
+	$(BIN)/sessiongen replay scenarios/alt128k.toml
+
+## The whole test suite: lint, format check, types, fast tests, real-stack tests.
+test: lint typecheck test-fast
+
+lint: $(STAMP)
+	$(BIN)/ruff check sessiongen tests bench
+	$(BIN)/ruff format --check sessiongen tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not realstack" -q
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,5 @@
+"""``python -m sessiongen``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,113 @@
+"""Scenario loading: shipped files validate, bad input gives one-line errors naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessiongen import scenario
+from sessiongen.errors import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_scenarios_validate(path: Path) -> None:
+    sc = scenario.load(path)
+    assert sc.name == path.stem
+    assert sc.source == str(path)
+
+
+def test_shipped_set_is_complete() -> None:
+    names = {p.stem for p in SHIPPED}
+    assert {"alt32k", "alt128k", "fixed32k", "fixed128k", "xreplica", "smoke"} <= names
+
+
+def test_context_sizes_match_the_study() -> None:
+    alt = scenario.load(ROOT / "scenarios/alt128k.toml")
+    assert alt.sessions.initial_context_tokens == (131072,)
+    assert alt.sessions.turns == 6
+    assert alt.sessions.question_tokens + alt.sessions.answer_tokens == 1055
+    assert scenario.load(ROOT / "scenarios/fixed32k.toml").sessions.initial_context_tokens == (
+        32768,
+    )
+    assert scenario.load(ROOT / "scenarios/fixed32k.toml").placement.policies == ("fixed",)
+
+
+BAD = [
+    (
+        'name = "x"\n[sessions]\nturns = "six"\n',
+        "sessions.turns",
+        'integer >= 1 and <= 1000, got "six"',
+    ),
+    ('name = "x"\n[sessions]\nturns = 0\n', "sessions.turns", "got 0"),
+    ('name = "x"\nbogus = 1\n', "bogus", "unknown key"),
+    ('name = "x"\n[sessions]\ncountt = 3\n', "sessions.countt", "unknown key"),
+    ("seed = 1\n", "name", "missing"),
+    ('name = "has space"\n', "name", "no spaces"),
+    ('name = "x"\n[model]\napi = "grpc"\n', "model.api", 'one of "chat", "completions"'),
+    ('name = "x"\n[model]\ntokenizer = "gpt2"\n', "model.tokenizer", "tokenizer.json"),
+    ('name = "x"\n[placement]\npolicies = ["sticky"]\n', "placement.policies", "move-at:K"),
+    ('name = "x"\n[placement]\npolicies = []\n', "placement.policies", "at least one"),
+    ('name = "x"\n[design]\nblocks = ["on", "maybe"]\n', "design.blocks[1]", '"off", "on"'),
+    ('name = "x"\n[design]\ncache = ["off"]\n', "design.blocks", "not in design.cache"),
+    ('name = "x"\n[target]\nkind = "endpoints"\n', "target.endpoints", "at least one URL"),
+    ('name = "x"\n[target]\nendpoints = ["localhost:80"]\n', "target.endpoints", "http(s)"),
+    ('name = "x"\n[target.sim]\ntime_scale = 0\n', "target.sim.time_scale", "> 0"),
+    ('name = "x"\n[target.sim]\nwarp = 2\n', "target.sim.warp", "unknown key"),
+    (
+        'name = "x"\n[sessions]\ninitial_context_tokens = [4096, "8k"]\n',
+        "sessions.initial_context_tokens[1]",
+        "integer",
+    ),
+    ('name = "x"\n[driver]\nconcurrency = 1.5\n', "driver.concurrency", "integer"),
+    ('name = "x"\nsessions = 3\n', "sessions", "expected a table"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), BAD)
+def test_bad_scenarios_name_file_and_key(
+    tmp_path: Path, text: str, key: str, fragment: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as info:
+        scenario.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key}: "), message
+    assert fragment in message
+
+
+def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "x\n')
+    with pytest.raises(ScenarioError, match=r"broken\.toml: not valid TOML"):
+        scenario.load(path)
+
+
+def test_overrides_are_type_checked_like_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "x"\n')
+    sc = scenario.load(
+        path, ["sessions.turns=3", "target.sim.slowdown=1.3", "model.api=completions"]
+    )
+    assert sc.sessions.turns == 3
+    assert sc.target.sim.slowdown == 1.3
+    assert sc.model.api == "completions"
+    with pytest.raises(ScenarioError, match=r"sessions\.turns: expected an integer"):
+        scenario.load(path, ["sessions.turns=six"])
+    with pytest.raises(ScenarioError, match=r"expected dotted\.key=value"):
+        scenario.load(path, ["sessions.turns"])
+    with pytest.raises(ScenarioError, match=r"sessions\.turns\.x.*unknown|not a table"):
+        scenario.load(path, ["sessions.turns=3", "sessions.turns.x=1"])
+
+
+def test_digest_ignores_target_but_not_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "x"\n')
+    base = scenario.load(path)
+    assert base.digest() == scenario.load(path, ["target.sim.slowdown=2"]).digest()
+    assert base.digest() != scenario.load(path, ["sessions.turns=2"]).digest()
