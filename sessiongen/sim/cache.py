@@ -1,0 +1,171 @@
+"""Prefix caches of the simulated replicas: a per-replica block cache and a shared pool.
+
+Both key their entries by *chain hashes*: the key of block ``j`` depends on the tokens of
+blocks ``0..j``, as in vLLM's prefix cache and LMCache, so a key stands for a whole
+prefix and a lookup is the longest run of present keys from the start. Only whole
+blocks (chunks) have keys: the tail of a prompt past its last full block is always
+recomputed.
+
+Eviction is LRU over keys. An insert touches a prompt's keys from last to first, so the
+tail of a prefix is older than its head and is evicted first (what vLLM's free-block
+queue does); evicting a head block would orphan everything after it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+# Odd multiplier of the chain (P_j = P_{j-1} * R + d_j mod 2^64) and its inverse.
+_R = 0x9E3779B97F4A7C15
+_R_INV = pow(_R, -1, 1 << 64)
+_U64 = np.uint64
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits)."""
+    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return z ^ (z >> _U64(31))
+
+
+@functools.cache
+def _weights(size: int) -> np.ndarray:
+    """Fixed random odd weights for the tokens of a block of ``size`` tokens."""
+    rng = np.random.default_rng(size)
+    return rng.integers(0, 1 << 63, size=size, dtype=np.uint64) * _U64(2) + _U64(1)
+
+
+@functools.cache
+def _powers(base: int, count: int) -> np.ndarray:
+    """``base**0 .. base**(count-1)`` mod 2^64."""
+    out = np.full(count, base, dtype=np.uint64)
+    out[0] = 1
+    return np.cumprod(out, dtype=np.uint64)
+
+
+def chain_keys(ids: np.ndarray, block_tokens: int) -> list[int]:
+    """Chain-hash keys of the whole ``block_tokens``-token blocks of ``ids``.
+
+    Vectorised: each block's digest ``d_j`` is a scrambled weighted sum of its tokens and
+    the chain ``P_j = sum_k d_k R^(j-k)`` is computed as ``R^j * cumsum(d_k R^-k)``. Keys
+    are 64-bit; two different prefixes collide with odds of about 2^-64. Returns Python
+    ints (dict keys).
+    """
+    blocks = len(ids) // block_tokens
+    if blocks == 0:
+        return []
+    with np.errstate(over="ignore"):
+        grid = np.asarray(ids[: blocks * block_tokens], dtype=np.uint64).reshape(blocks, -1)
+        digests = _mix((grid * _weights(block_tokens)).sum(axis=1, dtype=np.uint64))
+        # Powers are cached per length; prompts grow turn by turn, so round up.
+        length = 1 << (blocks - 1).bit_length()
+        scaled = np.cumsum(digests * _powers(_R_INV, length)[:blocks], dtype=np.uint64)
+        chain = _mix(scaled * _powers(_R, length)[:blocks])
+    keys: list[int] = chain.tolist()
+    return keys
+
+
+class _LRUKeys:
+    """An LRU set of chain-hash keys with a capacity in entries."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._keys: OrderedDict[int, None] = OrderedDict()
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def prefix_len(self, keys: Sequence[int]) -> int:
+        """How many of ``keys``, from the first, are present (does not touch them)."""
+        present = self._keys
+        for i, key in enumerate(keys):
+            if key not in present:
+                return i
+        return len(keys)
+
+    def insert(self, keys: Sequence[int]) -> None:
+        """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
+        entries = self._keys
+        for key in reversed(keys):
+            entries[key] = None
+            entries.move_to_end(key)
+        while len(entries) > self.capacity:
+            entries.popitem(last=False)
+            self.evictions += 1
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class LocalPrefixCache:
+    """One replica's GPU prefix cache (vLLM): whole blocks, LRU, capacity in tokens."""
+
+    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self._lru = _LRUKeys(max(capacity_tokens // block_tokens, 0))
+
+    def keys(self, ids: np.ndarray) -> list[int]:
+        """The block keys of a prompt (compute once per request, off the event loop)."""
+        return chain_keys(ids, self.block_tokens)
+
+    def lookup(self, keys: Sequence[int], max_tokens: int) -> int:
+        """Tokens of the longest cached whole-block prefix, at most ``max_tokens``."""
+        usable = keys[: max(max_tokens, 0) // self.block_tokens]
+        return self._lru.prefix_len(usable) * self.block_tokens
+
+    def insert(self, keys: Sequence[int]) -> None:
+        """Store a prompt's blocks (after its prefill)."""
+        self._lru.insert(keys)
+
+    def clear(self) -> None:
+        self._lru.clear()
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._lru) * self.block_tokens
+
+    @property
+    def evicted_tokens(self) -> int:
+        return self._lru.evictions * self.block_tokens
+
+
+class SharedPool:
+    """The shared host-memory pool (LMCache): whole chunks, LRU, capacity in bytes."""
+
+    def __init__(self, capacity_bytes: int, chunk_tokens: int, bytes_per_token: int) -> None:
+        self.chunk_tokens = chunk_tokens
+        chunk_bytes = chunk_tokens * bytes_per_token
+        self._lru = _LRUKeys(max(capacity_bytes // chunk_bytes, 0))
+
+    def keys(self, ids: np.ndarray) -> list[int]:
+        """The chunk keys of a prompt."""
+        return chain_keys(ids, self.chunk_tokens)
+
+    def lookup(self, keys: Sequence[int], max_tokens: int) -> int:
+        """Tokens of the longest stored chunk-aligned prefix, at most ``max_tokens``."""
+        usable = keys[: max(max_tokens, 0) // self.chunk_tokens]
+        return self._lru.prefix_len(usable) * self.chunk_tokens
+
+    def insert(self, keys: Sequence[int]) -> None:
+        """Store a prompt's chunks (after its prefill)."""
+        self._lru.insert(keys)
+
+    def clear(self) -> None:
+        self._lru.clear()
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._lru) * self.chunk_tokens
+
+
+def split_hit(local_tokens: int, pool_prefix: int) -> tuple[int, int]:
+    """(local hit, pool hit) when the pool holds ``pool_prefix`` chunk-aligned tokens.
+
+    The local cache is consulted first; the pool serves only what lies beyond it.
+    """
+    return local_tokens, max(pool_prefix - local_tokens, 0)

@@ -1,0 +1,103 @@
+"""The simulator's timing model: pure functions from a :class:`SimProfile` to seconds.
+
+All results are *modeled* seconds (what one GPU replica plus a shared host-memory pool
+would take), already multiplied by ``profile.slowdown``. The server turns them into wall
+time by multiplying with the time scale; nothing here knows about wall time.
+
+A request's time to first token (TTFT), excluding queueing for the prefill slot, is::
+
+    hit overhead(local hit) + prefill(uncached, cached) + pool load(pool hit) + one ITL
+
+with ``prefill(u, h) = a*u/1000 + b*(((h+u)/1000)^2 - (h/1000)^2)``: a linear term plus
+the attention the ``u`` new tokens pay over everything before them, so that a cold
+prefill of ``n`` tokens is ``a*n/1000 + b*(n/1000)^2`` (the study's fit to its cold
+column). The hit overhead is keyed on the tokens served by the replica's *own* prefix
+cache; the pool's cost is its load time (see ``sessiongen/sim/profile.py`` for why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .profile import SimProfile
+
+
+def prefill_s(profile: SimProfile, uncached: int, cached: int) -> float:
+    """Modeled seconds to prefill ``uncached`` tokens that follow ``cached`` cached ones."""
+    if uncached <= 0:
+        return 0.0
+    h = cached / 1000.0
+    total = (cached + uncached) / 1000.0
+    linear = profile.prefill_s_per_ktok * uncached / 1000.0
+    attention = profile.attn_s_per_ktok2 * (total * total - h * h)
+    return profile.slowdown * (linear + attention)
+
+
+def hit_overhead_s(profile: SimProfile, local_hit: int) -> float:
+    """Modeled fixed-ish cost of a request whose prefix hit the replica's own cache.
+
+    Linear interpolation over ``(hit_overhead_tokens, hit_overhead_s)``, flat outside
+    the table; zero when nothing hit locally.
+    """
+    if local_hit <= 0:
+        return 0.0
+    value = float(np.interp(local_hit, profile.hit_overhead_tokens, profile.hit_overhead_s))
+    return profile.slowdown * value
+
+
+def pool_load_s(profile: SimProfile, pool_tokens: int) -> float:
+    """Modeled seconds to move ``pool_tokens`` tokens of KV from the shared pool to the GPU."""
+    if pool_tokens <= 0:
+        return 0.0
+    transfer = pool_tokens * profile.kv_bytes_per_token / (profile.pool_bandwidth_gbps * 1e9)
+    return profile.slowdown * (profile.pool_load_fixed_s + transfer)
+
+
+def itl_s(profile: SimProfile, context: int, running: int) -> float:
+    """Modeled inter-token latency at ``context`` tokens with ``running`` decodes in the batch."""
+    others = max(running - 1, 0)
+    value = (
+        profile.itl_base_s
+        + profile.itl_per_ktok_s * context / 1000.0
+        + profile.itl_per_batch_s * others
+    )
+    return profile.slowdown * value
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The modeled parts of one request's time to first token (seconds, queueing excluded)."""
+
+    overhead_s: float
+    prefill_s: float
+    pool_load_s: float
+    first_token_s: float
+
+    @property
+    def busy_s(self) -> float:
+        """How long the request holds its replica's single prefill slot."""
+        return self.overhead_s + self.prefill_s + self.pool_load_s
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token once the prefill slot is free."""
+        return self.busy_s + self.first_token_s
+
+
+def request_timing(
+    profile: SimProfile, prompt_tokens: int, local_hit: int, pool_hit: int, running: int = 1
+) -> Timing:
+    """Modeled TTFT parts of a prompt of which ``local_hit + pool_hit`` tokens are cached.
+
+    ``running`` is the number of decodes in the batch when the first token is produced
+    (this request included).
+    """
+    cached = local_hit + pool_hit
+    return Timing(
+        overhead_s=hit_overhead_s(profile, local_hit),
+        prefill_s=prefill_s(profile, prompt_tokens - cached, cached),
+        pool_load_s=pool_load_s(profile, pool_hit),
+        first_token_s=itl_s(profile, prompt_tokens, running),
+    )
