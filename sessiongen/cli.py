@@ -96,6 +96,76 @@ def generate(scenario_file: str, output: str, salt: str, overrides: tuple[str, .
     )
 
 
+@cli.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--endpoints",
+    metavar="URL,URL,...",
+    help="Existing OpenAI-compatible replicas (default: the embedded simulated pair).",
+)
+@click.option(
+    "--cache",
+    type=click.Choice(["on", "off"]),
+    help="Which shared-cache arm the given endpoints are in.",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    help="Where run folders go.",
+)
+@click.option("--report/--no-report", default=True, show_default=True, help="Write the report.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@set_option
+def replay(
+    scenario_file: str,
+    endpoints: str | None,
+    cache: str | None,
+    runs_dir: str,
+    report: bool,
+    progress: bool,
+    overrides: tuple[str, ...],
+) -> None:
+    """Replay SCENARIO_FILE under each placement with the shared cache off and on.
+
+    Without --endpoints the embedded simulated replica pair is used (a calibrated
+    model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
+    manifest.json, requests.parquet, metrics.parquet and, by default, a report.
+    Exit status 1 when any request failed, 130 when interrupted.
+    """
+    from . import replay as replay_mod
+
+    sc = load_scenario(scenario_file, overrides)
+    opts = replay_mod.ReplayOptions(
+        runs_dir=Path(runs_dir),
+        endpoints=[u.strip() for u in endpoints.split(",") if u.strip()] if endpoints else None,
+        cache=cache,
+        progress=progress,
+    )
+    outcome = replay_mod.replay(sc, opts)
+    click.echo(f"run: {outcome.run_dir}")
+    if outcome.requests and not outcome.interrupted:
+        _summarize(outcome.run_dir, report)
+    if outcome.interrupted:
+        click.echo(f"interrupted: kept {outcome.requests} measured requests", err=True)
+        raise SystemExit(130)
+    if outcome.failed:
+        raise RunFailedError(outcome.failure_summary())
+
+
+def _summarize(run_dir: Path, report: bool) -> None:
+    """Print the per-turn table and write the report, when analysis is available."""
+    try:
+        from . import analysis
+        from . import report as report_mod
+    except ImportError:  # analysis not built yet in this checkout
+        return
+    click.echo(analysis.console_table(analysis.load_run(run_dir)))
+    if report:
+        click.echo(f"report: {report_mod.write_report(run_dir)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point for the console script and ``python -m sessiongen``."""
     cli.main(args=argv, prog_name="sessiongen")

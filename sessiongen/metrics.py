@@ -1,0 +1,59 @@
+"""Server counters from ``GET /metrics`` (Prometheus text), parsed with prometheus_client.
+
+The counters sessiongen attributes cache hits with (vLLM names, cumulative tokens):
+
+- ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``: the replica's
+  own (GPU) prefix cache;
+- ``vllm:external_prefix_cache_queries_total`` / ``vllm:external_prefix_cache_hits_total``:
+  the KV connector (LMCache's shared pool).
+
+A delta between two snapshots of one replica counts the tokens served in between; it is
+exact per request when no other request to that replica overlapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+LOCAL_HITS = "vllm:prefix_cache_hits_total"
+LOCAL_QUERIES = "vllm:prefix_cache_queries_total"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+
+#: Counters kept in snapshots (others are ignored to keep metrics.parquet small).
+TRACKED = (LOCAL_HITS, LOCAL_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, RUNNING, WAITING)
+
+
+def parse(text: str) -> dict[str, float]:
+    """Sum each tracked sample over its labels; missing counters are absent from the result."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in TRACKED:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+async def snapshot(session: aiohttp.ClientSession, base_url: str) -> dict[str, float] | None:
+    """Tracked counters of one replica, or None when /metrics cannot be read."""
+    try:
+        async with session.get(base_url.rstrip("/") + "/metrics") as resp:
+            if resp.status != 200:
+                return None
+            return parse(await resp.text())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+def delta(
+    before: Mapping[str, float] | None, after: Mapping[str, float] | None, name: str
+) -> int | None:
+    """Counter increase between two snapshots, or None when either lacks it."""
+    if not before or not after or name not in before or name not in after:
+        return None
+    return round(after[name] - before[name])

@@ -1,0 +1,42 @@
+"""Placement policies: which replica serves turn k of session s.
+
+- ``alternate``: turn k on replica (k - 1 + offset) mod N, with offset = s mod N, so
+  sessions start spread over the replicas and every turn after the first moves;
+- ``fixed``: every turn of session s on replica s mod N;
+- ``random``: each turn on a replica drawn uniformly, seeded by (seed, s, k);
+- ``move-at:K``: fixed on s mod N for turns 1..K-1, then on the next replica from turn K.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def replica_for(policy: str, session_index: int, turn: int, n_replicas: int, seed: int = 0) -> int:
+    """The replica (0-based) that serves ``turn`` (1-based) of session ``session_index``."""
+    if n_replicas < 1:
+        raise ValueError("n_replicas must be >= 1")
+    home = session_index % n_replicas
+    if policy == "alternate":
+        return (turn - 1 + home) % n_replicas
+    if policy == "fixed":
+        return home
+    if policy == "random":
+        digest = hashlib.blake2b(f"{seed}:{session_index}:{turn}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "little") % n_replicas
+    if policy.startswith("move-at:"):
+        move_at = int(policy.split(":", 1)[1])
+        return home if turn < move_at else (home + 1) % n_replicas
+    raise ValueError(f"unknown placement policy {policy!r}")
+
+
+def sequence(
+    policy: str, session_index: int, turns: int, n_replicas: int, seed: int = 0
+) -> list[int]:
+    """Replicas of turns 1..turns of one session."""
+    return [replica_for(policy, session_index, k, n_replicas, seed) for k in range(1, turns + 1)]
+
+
+def cross_flags(replicas: list[int]) -> list[bool]:
+    """Whether each turn ran on another replica than the turn before (first turn: False)."""
+    return [i > 0 and r != replicas[i - 1] for i, r in enumerate(replicas)]
