@@ -19,6 +19,7 @@ Faults become a status, never an exception: ``connect_error``, ``http_error``,
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import statistics
@@ -46,12 +47,18 @@ class Result:
     e2e_s: float | None = None
     chunk_ns: list[int] = field(default_factory=list)
     reasoning_chunks: int = 0
-    text: str = ""
+    pieces: list[str] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     first_logprob: float | None = None
     logprob_tokens: list[str] = field(default_factory=list)
+    server_ns: int | None = None  # reference server's own time to first chunk (calibration)
+
+    @property
+    def text(self) -> str:
+        """The output text (joined once: appending to a str per chunk is quadratic)."""
+        return "".join(self.pieces)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +114,8 @@ def _handle_event(data: bytes, now: int, res: Result) -> bool:
         raise _StreamFault(f"malformed SSE data: {data[:80]!r}")
     if "error" in obj:
         raise _StreamFault(f"server error in stream: {str(obj['error'])[:160]}")
+    if "server_ns" in obj:
+        res.server_ns = obj["server_ns"]
     usage = obj.get("usage")
     if usage:
         res.prompt_tokens = usage.get("prompt_tokens")
@@ -125,7 +134,7 @@ def _handle_event(data: bytes, now: int, res: Result) -> bool:
             if res.ttft_s is None:
                 res.ttft_s = (now - res.send_ns) / 1e9
             res.chunk_ns.append(now)
-            res.text += content
+            res.pieces.append(content)
         _take_logprobs(choice.get("logprobs"), res)
     return False
 
@@ -175,12 +184,22 @@ async def send(
     *,
     stream: bool = True,
     timeout_s: float = 900.0,
+    extra_headers: dict[str, str] | None = None,
+    pre_send_delay_s: float = 0.0,
 ) -> Result:
-    """POST a pre-serialized body and measure it; faults are recorded in the result."""
+    """POST a pre-serialized body and measure it; faults are recorded in the result.
+
+    ``pre_send_delay_s`` blocks inside the timed span before sending: a planted client
+    delay for tests of the calibration, never used in measurements.
+    """
     res = Result()
     timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_s, sock_connect=timeout_s)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if extra_headers:
+        headers.update(extra_headers)
     res.send_ns = time.perf_counter_ns()
+    if pre_send_delay_s:
+        await asyncio.sleep(pre_send_delay_s)
     try:
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             res.ttfb_s = (time.perf_counter_ns() - res.send_ns) / 1e9
@@ -222,7 +241,7 @@ async def _read_whole(resp: aiohttp.ClientResponse, res: Result) -> None:
     if text:
         res.ttft_s = res.e2e_s
         res.chunk_ns.append(now)
-        res.text = text
+        res.pieces.append(text)
     usage = obj.get("usage") or {}
     res.prompt_tokens = usage.get("prompt_tokens")
     res.completion_tokens = usage.get("completion_tokens")
