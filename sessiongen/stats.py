@@ -247,3 +247,22 @@ def holm(p_values: npt.ArrayLike) -> Array:
     scaled = p[order] * (m - np.arange(m))
     out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
     return out
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How intervals are computed: confidence level, resamples, base seed."""
+
+    conf: float = 0.95
+    n_resamples: int = 2000
+    seed: int = 0
+
+    def method(self) -> str:
+        """One sentence naming the method, for reports."""
+        return (
+            f"{self.conf:.0%} percentile bootstrap intervals, {self.n_resamples} resamples, "
+            f"seed {self.seed}"
+        )
+
+
+DEFAULT_BOOTSTRAP = Bootstrap()

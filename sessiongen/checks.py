@@ -1,0 +1,141 @@
+"""Checks that a run can be trusted: cache contamination, attribution, correctness probes.
+
+- **Contamination** = cache hits where none should be: on turn 1 (cold) rows, cached,
+  local-hit or external-hit tokens above ``scenario.sessions.shared_prefix_tokens`` (the
+  only prefix sessions may legitimately share); and any external (shared-pool) hit in a
+  cache-off arm. Cross-replica turns of OFF arms may still hit the replica's own prefix
+  cache (turn k-2 ran there under ``alternate``), so local hits there are not flagged.
+- **Cache attribution** = mean prompt, cached (server ``usage``), local-hit and
+  external-hit tokens (``/metrics`` deltas, where attributable) per request, per arm and
+  turn.
+- **Needle grading**: rows with a graded answer (``answer_correct`` not null).
+- **Divergence** (equivalence probes): for each placement, session and turn, the outputs
+  of all ok rows (both arms, all blocks) should share one ``output_digest``;
+  ``diverged`` marks groups with more than one, ``arms_differ`` groups whose OFF and ON
+  digest sets differ, and ``logprob_diff`` is ``|median first_logprob(ON) -
+  median(OFF)|``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .run import CELL_KEYS, Run
+
+
+def contamination_expr(run: Run) -> pl.Expr:
+    """Boolean expression: this request shows a cache hit where none should be."""
+    allow = run.shared_prefix_tokens
+    hits = [
+        pl.col(c).fill_null(0) for c in ("cached_tokens", "local_hit_tokens", "external_hit_tokens")
+    ]
+    cold = (pl.col("turn") == 1) & pl.any_horizontal([h > allow for h in hits])
+    off_external = (pl.col("cache") == "off") & (pl.col("external_hit_tokens").fill_null(0) > 0)
+    return cold | off_external
+
+
+def contamination(run: Run) -> pl.DataFrame:
+    """The contaminated requests, one row each, with the reason."""
+    allow = run.shared_prefix_tokens
+    flagged = run.requests.filter(contamination_expr(run))
+    cold = (pl.col("turn") == 1) & pl.any_horizontal(
+        [
+            pl.col(c).fill_null(0) > allow
+            for c in ("cached_tokens", "local_hit_tokens", "external_hit_tokens")
+        ]
+    )
+    reason = (
+        pl.when(cold)
+        .then(pl.lit(f"cold first turn hit > {allow} tokens"))
+        .otherwise(pl.lit("external hit with cache off"))
+    )
+    cols = [
+        "placement",
+        "cache",
+        "context_tokens",
+        "block",
+        "session_id",
+        "turn",
+        "replica",
+        "cached_tokens",
+        "local_hit_tokens",
+        "external_hit_tokens",
+    ]
+    return flagged.select(*cols, reason.alias("reason")).sort("block", "session_id", "turn")
+
+
+def cache_attribution(run: Run) -> pl.DataFrame:
+    """Per arm and turn: mean prompt, cached, local-hit and external-hit tokens per request."""
+    keys = list(CELL_KEYS)
+    return (
+        run.requests.with_columns(contamination_expr(run).alias("_contaminated"))
+        .group_by(keys)
+        .agg(
+            n=pl.len(),
+            attributed=(
+                pl.col("local_hit_tokens").is_not_null()
+                | pl.col("external_hit_tokens").is_not_null()
+            ).sum(),
+            prompt_tokens=pl.col("prompt_tokens").mean(),
+            cached_tokens=pl.col("cached_tokens").mean(),
+            local_hit_tokens=pl.col("local_hit_tokens").mean(),
+            external_hit_tokens=pl.col("external_hit_tokens").mean(),
+            contamination=pl.col("_contaminated").sum(),
+        )
+        .with_columns(hit_fraction=pl.col("cached_tokens") / pl.col("prompt_tokens"))
+        .sort(keys)
+    )
+
+
+def needle_grades(run: Run) -> pl.DataFrame:
+    """Per arm and turn: needle answers graded, correct, and the rate."""
+    graded = run.requests.filter(pl.col("answer_correct").is_not_null())
+    return (
+        graded.group_by(list(CELL_KEYS))
+        .agg(graded=pl.len(), correct=pl.col("answer_correct").sum())
+        .with_columns(rate=pl.col("correct") / pl.col("graded"))
+        .sort(list(CELL_KEYS))
+    )
+
+
+def divergences(run: Run) -> pl.DataFrame:
+    """Per placement, session and turn: do all arms and blocks give the same output?"""
+    rows = run.ok.filter(pl.col("output_digest").is_not_null())
+    digests = pl.col("output_digest")
+    arm = pl.col("cache")
+    return (
+        rows.group_by("placement", "context_tokens", "session_id", "turn")
+        .agg(
+            n=pl.len(),
+            n_digests=digests.n_unique(),
+            off_digests=digests.filter(arm == "off").unique().sort().str.join(","),
+            on_digests=digests.filter(arm == "on").unique().sort().str.join(","),
+            logprob_spread=pl.col("first_logprob").max() - pl.col("first_logprob").min(),
+            logprob_diff=(
+                pl.col("first_logprob").filter(arm == "on").median()
+                - pl.col("first_logprob").filter(arm == "off").median()
+            ).abs(),
+        )
+        .with_columns(
+            diverged=pl.col("n_digests") > 1,
+            arms_differ=(pl.col("off_digests") != pl.col("on_digests"))
+            & (pl.col("off_digests") != "")
+            & (pl.col("on_digests") != ""),
+        )
+        .sort("placement", "context_tokens", "session_id", "turn")
+    )
+
+
+def divergence_counts(run: Run) -> pl.DataFrame:
+    """Per placement, context and turn: how many sessions diverged, and across arms."""
+    return (
+        divergences(run)
+        .group_by("placement", "context_tokens", "turn")
+        .agg(
+            sessions=pl.len(),
+            diverged=pl.col("diverged").sum(),
+            arms_differ=pl.col("arms_differ").sum(),
+            max_logprob_diff=pl.col("logprob_diff").max(),
+        )
+        .sort("placement", "context_tokens", "turn")
+    )
