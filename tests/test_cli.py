@@ -72,9 +72,8 @@ def test_bad_override_is_one_line_exit_2(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == [
-        f'sessiongen: error: {ROOT / "scenarios/smoke.toml"}: sessions.turns: expected an integer >= 1 and <= 1000, got "six"'
-    ]
+    expected = 'sessions.turns: expected an integer >= 1 and <= 1000, got "six"'
+    assert lines == [f"sessiongen: error: {ROOT / 'scenarios/smoke.toml'}: {expected}"]
 
 
 def test_bad_scenario_file_from_a_real_process(tmp_path: Path) -> None:
@@ -87,10 +86,8 @@ def test_bad_scenario_file_from_a_real_process(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2
-    assert (
-        proc.stderr.strip()
-        == f'sessiongen: error: {bad}: sessions.turns: expected an integer >= 1 and <= 1000, got "six"'
-    )
+    expected = 'sessions.turns: expected an integer >= 1 and <= 1000, got "six"'
+    assert proc.stderr.strip() == f"sessiongen: error: {bad}: {expected}"
     assert "Traceback" not in proc.stderr
 
 
