@@ -1,0 +1,365 @@
+"""The simulated replicas' HTTP servers: one aiohttp app per replica, vLLM's wire format.
+
+``make_apps`` builds the apps of one :class:`~sessiongen.sim.engine.World` (all replicas
+share its pool and run on one event loop). Routes: ``POST /v1/chat/completions``,
+``POST /v1/completions`` (streaming SSE or not), ``GET /health``, ``GET /v1/models``,
+``GET /version``, ``POST /tokenize``, ``GET /metrics``, and the admin routes
+``POST /sim/reset`` (``{"pool": true}`` also clears the pool) and ``GET|POST /sim/config``
+(``{"shared_cache": bool, "time_scale": float}``) that let one process switch arms.
+
+Each response carries the simulator's own account of the request: ``X-Sim-*`` headers on
+non-streaming responses and a ``sim`` object on the final usage chunk (and on
+non-streaming bodies): local and pool hit tokens, modeled TTFT, and how late the first
+byte was written against its deadline (``late_s``, wall seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .. import __version__
+from .engine import Admission, Job, Replica, World
+from .model import itl_s
+from .output import Output
+from .profile import SimProfile
+from .wire import Api, BadRequest, Responder, error_body
+
+log = logging.getLogger("sessiongen.sim")
+
+REPLICA: web.AppKey[Replica] = web.AppKey("replica", Replica)
+MAX_BODY_BYTES = 256 * 2**20
+# Sleep until this long before a first-token deadline, then yield until it passes:
+# epoll rounds timeouts up to whole milliseconds.
+_SPIN_S = 0.0015
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+def bad_request(exc: BadRequest) -> web.Response:
+    """400 with the OpenAI error body."""
+    return _json(error_body(exc.message, exc.param), status=400)
+
+
+async def _sleep_until(deadline: float, precise: bool = False) -> None:
+    loop = asyncio.get_running_loop()
+    delay = deadline - loop.time()
+    if not precise:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return
+    if delay > _SPIN_S:
+        await asyncio.sleep(delay - _SPIN_S)
+    while loop.time() < deadline:
+        await asyncio.sleep(0)
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class _Run:
+    """One generation request on one replica, from arrival to the last token."""
+
+    def __init__(self, replica: Replica, job: Job, arrival: float) -> None:
+        self.replica = replica
+        self.job = job
+        self.arrival = arrival
+        self.prepared_at = asyncio.get_running_loop().time()
+        self.responder = Responder(job.req, replica.world.model_name)
+
+    async def start(self) -> tuple[Admission, Output]:
+        """Take the prefill slot and compute the output while the prefill is modeled."""
+        adm = await self.replica.admit(self.job, self.arrival)
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(None, self.replica.world.complete, self.job, adm)
+        if loop.time() > adm.first_token_at:
+            log.warning(
+                "replica %d: own work (%.1f ms) passed the first-token deadline by %.1f ms",
+                self.replica.index,
+                1000 * (self.prepared_at - self.arrival),
+                1000 * (loop.time() - adm.first_token_at),
+            )
+        return adm, out
+
+    def next_deadline(self, after: float, token: int, scale: float) -> float:
+        """Deadline of output token ``token`` (>= 1), one ITL after the previous one.
+
+        The ITL uses the decode batch as it is now, so concurrent decodes slow each other.
+        """
+        context = self.job.prompt_tokens + token
+        return after + itl_s(self.replica.world.profile, context, self.replica.decoding) * scale
+
+    def extra(self, adm: Admission, first_byte_at: float | None) -> dict[str, Any]:
+        """The simulator's own account of this request (modeled and wall seconds)."""
+        target = adm.first_token_at - adm.arrival
+        facts: dict[str, Any] = {
+            "replica": self.replica.index,
+            "local_hit_tokens": adm.local_hit,
+            "pool_hit_tokens": adm.pool_hit,
+            "modeled_ttft_s": adm.modeled_ttft_s,
+            "modeled_queue_s": adm.modeled_queue_s,
+            "time_scale": adm.time_scale,
+            "own_work_s": self.prepared_at - self.arrival,
+            "target_ttft_s": target,
+        }
+        if first_byte_at is not None:
+            facts["wall_ttft_s"] = first_byte_at - adm.arrival
+            facts["late_s"] = first_byte_at - adm.arrival - target
+        return facts
+
+    def usage(self, adm: Admission, out: Output) -> dict[str, Any]:
+        return self.responder.usage(self.job.prompt_tokens, len(out.ids), adm.cached)
+
+    def log(self, adm: Admission) -> None:
+        log.info(
+            "replica=%d prompt_tokens=%d local_hit=%d pool_hit=%d ttft_modeled=%.4fs "
+            "queue_modeled=%.4fs",
+            self.replica.index,
+            self.job.prompt_tokens,
+            adm.local_hit,
+            adm.pool_hit,
+            adm.modeled_ttft_s,
+            adm.modeled_queue_s,
+        )
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """Serve as server-sent events, one token per content chunk."""
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Sim-Replica": str(self.replica.index),
+            }
+        )
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        with self.replica.active():
+            adm, out = await self.start()
+            self.log(adm)
+            await _sleep_until(adm.first_token_at, precise=True)
+            chat = self.job.req.api == "chat"
+            head = _sse(self.responder.role_chunk()) if chat else b""
+            await resp.write(head + _sse(self.responder.token_chunk(out, 0, 1)))
+            first_byte_at = loop.time()
+            self.replica.metrics.generation_tokens.inc(len(out.ids))
+            with self.replica.decode():
+                await self._decode(resp, out, adm)
+            tail = b""
+            if self.job.req.include_usage:
+                chunk = self.responder.usage_chunk(
+                    self.usage(adm, out), self.extra(adm, first_byte_at)
+                )
+                tail = _sse(chunk)
+            await resp.write(tail + b"data: [DONE]\n\n")
+            await resp.write_eof()
+        return resp
+
+    async def _decode(self, resp: web.StreamResponse, out: Output, adm: Admission) -> None:
+        """Write tokens 1.. at their deadlines; tokens already due go out in one write."""
+        loop = asyncio.get_running_loop()
+        count, sent, t = len(out.ids), 1, adm.first_token_at
+        while sent < count:
+            t = self.next_deadline(t, sent, adm.time_scale)
+            await _sleep_until(t)
+            now, due = loop.time(), sent + 1
+            while due < count:
+                t_next = self.next_deadline(t, due, adm.time_scale)
+                if t_next > now:
+                    break
+                t, due = t_next, due + 1
+            chunks = (_sse(self.responder.token_chunk(out, i, i + 1)) for i in range(sent, due))
+            await resp.write(b"".join(chunks))
+            sent = due
+
+    async def whole(self) -> web.Response:
+        """Serve as one JSON response after the last token's deadline."""
+        with self.replica.active():
+            adm, out = await self.start()
+            self.log(adm)
+            self.replica.metrics.generation_tokens.inc(len(out.ids))
+            with self.replica.decode():
+                t = adm.first_token_at
+                for token in range(1, len(out.ids)):
+                    t = self.next_deadline(t, token, adm.time_scale)
+                await _sleep_until(t)
+        extra = self.extra(adm, None)
+        headers = {
+            "X-Sim-Replica": str(self.replica.index),
+            "X-Sim-Local-Hit-Tokens": str(adm.local_hit),
+            "X-Sim-Pool-Hit-Tokens": str(adm.pool_hit),
+            "X-Sim-Modeled-TTFT-S": f"{adm.modeled_ttft_s:.6f}",
+            "X-Sim-Time-Scale": repr(adm.time_scale),
+        }
+        return _json(self.responder.full(out, self.usage(adm, out), extra), headers=headers)
+
+
+async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    arrival = loop.time()
+    replica = request.app[REPLICA]
+    raw = await request.read()
+    try:
+        job = await loop.run_in_executor(None, replica.world.prepare, raw, api)
+    except BadRequest as exc:
+        return bad_request(exc)
+    run = _Run(replica, job, arrival)
+    return await run.stream(request) if job.req.stream else await run.whole()
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completions")
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def models(request: web.Request) -> web.Response:
+    world = request.app[REPLICA].world
+    card = {
+        "id": world.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "sessiongen-sim",
+        "root": world.model_name,
+        "parent": None,
+        "max_model_len": world.profile.max_model_len,
+    }
+    return _json({"object": "list", "data": [card]})
+
+
+async def version(request: web.Request) -> web.Response:
+    replica = request.app[REPLICA]
+    return _json(
+        {
+            "version": f"sessiongen-sim {__version__}",
+            "server": "sessiongen simulator (a timing model, not a model server)",
+            "sessiongen": __version__,
+            "simulated": True,
+            "replica": replica.index,
+        }
+    )
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /tokenize``: ``prompt`` or ``messages`` in, count and ids out."""
+    world = request.app[REPLICA].world
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        return bad_request(BadRequest(f"malformed JSON: {exc}"))
+    if not isinstance(body, dict):
+        return bad_request(BadRequest("request body must be a JSON object"))
+    model = body.get("model")
+    if model is not None and model != world.model_name:
+        return bad_request(BadRequest(f"The model `{model}` does not exist.", "model"))
+    loop = asyncio.get_running_loop()
+    try:
+        ids = await loop.run_in_executor(None, _tokenize_body, world, body)
+    except BadRequest as exc:
+        return bad_request(exc)
+    return _json({"count": len(ids), "max_model_len": world.profile.max_model_len, "tokens": ids})
+
+
+def _tokenize_body(world: World, body: dict[str, Any]) -> list[int]:
+    from .wire import parse_generation
+
+    if "messages" in body:
+        req = parse_generation({**body, "model": world.model_name}, "chat")
+        add = body.get("add_generation_prompt", True)
+        ids = world.tokenizer.chat(req.messages, add_generation_prompt=bool(add))
+    else:
+        req = parse_generation({**body, "model": world.model_name}, "completions")
+        ids = world.prompt_ids(req)
+    tokens: list[int] = ids.tolist()
+    return tokens
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[REPLICA].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+async def sim_reset(request: web.Request) -> web.Response:
+    """Drop this replica's prefix cache; ``{"pool": true}`` also empties the shared pool."""
+    try:
+        body = await _json_body(request)
+    except BadRequest as exc:
+        return bad_request(exc)
+    pool = body.get("pool", False)
+    if not isinstance(pool, bool):
+        return bad_request(BadRequest("pool must be true or false", "pool"))
+    replica = request.app[REPLICA]
+    replica.reset(pool)
+    return _json({"replica": replica.index, "local_cleared": True, "pool_cleared": pool})
+
+
+async def sim_config(request: web.Request) -> web.Response:
+    """Read (GET) or change (POST) the pool switch and the time scale of all replicas."""
+    world = request.app[REPLICA].world
+    if request.method == "POST":
+        try:
+            body = await _json_body(request)
+            shared, scale = body.get("shared_cache"), body.get("time_scale")
+            unknown = sorted(set(body) - {"shared_cache", "time_scale"})
+            if unknown:
+                raise BadRequest(f"unknown key {unknown[0]!r}", unknown[0])
+            if shared is not None and not isinstance(shared, bool):
+                raise BadRequest("shared_cache must be true or false", "shared_cache")
+            if scale is not None and (
+                isinstance(scale, bool) or not isinstance(scale, int | float) or scale <= 0
+            ):
+                raise BadRequest("time_scale must be a number > 0", "time_scale")
+        except BadRequest as exc:
+            return bad_request(exc)
+        world.configure(shared, float(scale) if scale is not None else None)
+    return _json(world.config())
+
+
+def build_app(replica: Replica) -> web.Application:
+    """The aiohttp app of one replica."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[REPLICA] = replica
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/version", version)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/sim/reset", sim_reset)
+    app.router.add_route("*", "/sim/config", sim_config)
+    return app
+
+
+def make_apps(profile: SimProfile, model_name: str, shared_cache: bool) -> list[web.Application]:
+    """One app per replica of a fresh simulated world (in-process use, e.g. tests)."""
+    world = World(profile, model_name, shared_cache)
+    return [build_app(replica) for replica in world.replicas]
