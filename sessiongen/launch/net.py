@@ -1,0 +1,73 @@
+"""Ports and health checks for the servers sessiongen starts.
+
+Free ports are picked *below* the kernel's ephemeral range. A port picked by binding to
+port 0 lies inside that range, and between our pick and the server's own bind (a minute
+for vLLM) the kernel may hand the same port to one of the dozens of internal sockets
+that vLLM's workers open; a port below the range is never handed out that way.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Collection
+from pathlib import Path
+
+HOST = "127.0.0.1"
+"""Every managed server listens on loopback only: the driver runs on the same host."""
+
+_LOWEST_PICK = 20000
+# Loopback health checks must never go through an HTTP proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """True when a server could bind ``host:port`` now.
+
+    Binds with SO_REUSEADDR as uvicorn and ZeroMQ do, so a port held only by
+    connections in TIME_WAIT counts as free, while any listener on it (on ``host`` or
+    on all interfaces) counts as taken.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def pick_free_port(avoid: Collection[int] = (), rng: random.Random | None = None) -> int:
+    """A currently free port below the ephemeral range, not in ``avoid``."""
+    rng = rng or random.SystemRandom()
+    low, _ = ephemeral_range()
+    top = max(low - 1, _LOWEST_PICK + 1000)
+    for _ in range(500):
+        port = rng.randint(_LOWEST_PICK, top)
+        if port not in avoid and port_is_free(port):
+            return port
+    raise OSError(f"no free port found in {_LOWEST_PICK}-{top}")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for automatically assigned ports (Linux default if unknown)."""
+    try:
+        low, high = _EPHEMERAL_RANGE_FILE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """True when ``GET url`` answers 200 within ``timeout_s``."""
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
