@@ -56,6 +56,7 @@ from .run import (
     latest_run,
     load_run,
     partition,
+    resolve_run_dir,
     sample,
 )
 from .stats import DEFAULT_BOOTSTRAP, Bootstrap
@@ -80,6 +81,7 @@ __all__ = [
     "load_run",
     "needle_grades",
     "paired_design",
+    "resolve_run_dir",
     "run_identity",
     "run_summary",
     "session_speedup",

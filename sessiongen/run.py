@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from .errors import RunDirError
 ARM_KEYS = ("placement", "cache")
 CELL_KEYS = ("placement", "cache", "context_tokens", "turn")
 REQUIRED_COLUMNS = ("placement", "cache", "turn", "warmup", "status", "ttft_s")
+RUN_ENV_VAR = "SESSIONGEN_RUN"
 DURATION_COLUMNS = tuple(name for name in records.REQUEST_SCHEMA if name.endswith("_s"))
 
 
@@ -125,6 +127,19 @@ def latest_run(runs_dir: str | Path = "runs") -> Path:
     if not found:
         raise RunDirError(f"{root}: no run folders (with a manifest.json)")
     return found[-1]
+
+
+def resolve_run_dir(explicit: str | Path | None = None, start: str | Path | None = None) -> Path:
+    """The run folder to analyse: ``explicit``, else ``$SESSIONGEN_RUN``, else the newest
+    run under the nearest ``runs/`` folder at or above ``start`` (default: the cwd)."""
+    chosen = explicit or os.environ.get(RUN_ENV_VAR)
+    if chosen:
+        return Path(chosen)
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "runs").is_dir():
+            return latest_run(folder / "runs")
+    raise RunDirError(f"{here}: no runs/ folder here or above; set {RUN_ENV_VAR}=RUN_DIR")
 
 
 def drop_single_context(frame: pl.DataFrame) -> pl.DataFrame:

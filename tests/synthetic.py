@@ -84,13 +84,18 @@ def true_ttft(spec: SyntheticSpec, placement: str, cache: str, ctx: int, turn: i
 
 
 def _hits(spec: SyntheticSpec, placement: str, cache: str, ctx: int, turn: int) -> tuple[int, int]:
-    """(local, external) prefix-hit tokens a sane cache would report."""
+    """(local, external) prefix-hit tokens a sane cache would report.
+
+    Under ``alternate`` the replica's own cache is taken to have evicted the session by
+    the time it returns, so only the shared pool (cache on) helps: that is what makes the
+    planted speedup plausible.
+    """
     if turn == 1:
         return spec.shared_prefix_tokens, 0
     previous = prompt_tokens(ctx, turn - 1) + ANSWER_TOKENS
     if placement == "fixed":
         return previous // 16 * 16, 0
-    local = prompt_tokens(ctx, turn - 2) // 16 * 16 if turn >= 3 else spec.shared_prefix_tokens
+    local = spec.shared_prefix_tokens
     external = (previous - local) // 1568 * 1568 if cache == "on" else 0
     return local, external
 

@@ -258,3 +258,17 @@ def test_compare_refuses_other_scenarios_unless_forced(
     forced = analysis.compare_runs(baseline, other, force=True)
     assert any("digests differ" in note for note in forced.notes)
     assert forced.frame.filter(pl.col("turn") == 6)["n_b"].to_list() == [0, 0, 0, 0]
+
+
+def test_resolve_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = write_run(tmp_path / "runs", CLEAN)
+    nested = tmp_path / "notebooks"
+    nested.mkdir()
+    monkeypatch.delenv("SESSIONGEN_RUN", raising=False)
+    assert analysis.resolve_run_dir(start=nested) == run_dir
+    monkeypatch.setenv("SESSIONGEN_RUN", "/somewhere/else")
+    assert analysis.resolve_run_dir(start=nested) == Path("/somewhere/else")
+    assert analysis.resolve_run_dir(run_dir, start=nested) == run_dir
+    monkeypatch.delenv("SESSIONGEN_RUN")
+    with pytest.raises(RunDirError, match="no runs/ folder"):
+        analysis.resolve_run_dir(start=Path("/"))
