@@ -1,0 +1,121 @@
+"""The report folder: files exist, numbers match a recomputation, images are valid."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sessiongen import report
+from sessiongen.plots import FIGURE_NAMES
+from tests.synthetic import SyntheticSpec, with_changes, write_run
+
+FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=2, failing_sessions=1)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def faulty_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = write_run(tmp_path_factory.mktemp("runs"), FAULTY)
+    return report.write_report(run_dir)
+
+
+@pytest.fixture(scope="module")
+def clean_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return report.write_report(write_run(tmp_path_factory.mktemp("runs"), SyntheticSpec()))
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_report_files_exist(faulty_report: Path) -> None:
+    out = faulty_report.parent
+    assert faulty_report == out / "report.md" and out.name == "report"
+    for name in ("report.md", "report.html", "summary.csv"):
+        assert (out / name).stat().st_size > 500, name
+    for name in FIGURE_NAMES:
+        png = (out / f"{name}.png").read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 10_000, name
+        svg = (out / f"{name}.svg").read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and len(svg) > 5_000, name
+
+
+def test_summary_csv_matches_requests_parquet(faulty_report: Path) -> None:
+    run_dir = faulty_report.parent.parent
+    rows = _csv(run_dir / "report" / "summary.csv")
+    assert list(rows[0]) == list(report.SUMMARY_COLUMNS)
+    # Recompute from the raw records, independently of sessiongen.analysis.
+    raw = pl.read_parquet(run_dir / "requests.parquet")
+    ok = raw.filter(~pl.col("warmup"), pl.col("status") == "ok")
+    med = ok.group_by("placement", "cache", "turn").agg(
+        n=pl.len(), median=(pl.col("ttft_s") / FAULTY.time_scale).median()
+    )
+    expect = {(r["placement"], r["cache"], r["turn"]): r for r in med.iter_rows(named=True)}
+    assert len(rows) == len(expect) == 24
+    for row in rows:
+        key = (row["placement"], row["cache"], int(row["turn"]))
+        assert int(row["n"]) == expect[key]["n"]
+        assert float(row["median_ttft_s"]) == pytest.approx(expect[key]["median"], rel=1e-9)
+        assert float(row["ci_low_s"]) <= float(row["median_ttft_s"]) <= float(row["ci_high_s"])
+        if row["cache"] == "off":
+            assert row["speedup"] == row["speedup_ci_low"] == ""
+        else:
+            off = expect[(key[0], "off", key[2])]["median"]
+            assert float(row["speedup"]) == pytest.approx(off / expect[key]["median"], rel=1e-9)
+            assert float(row["speedup_ci_low"]) <= float(row["speedup"])
+
+
+def test_problems_come_first(faulty_report: Path, clean_report: Path) -> None:
+    text = faulty_report.read_text()
+    order = [
+        text.index("## Problems"),
+        text.index("Correctness: 2 needle answers wrong."),
+        text.index("Contamination: 3 requests"),
+        text.index("Request errors: 1."),
+        text.index("## Headline"),
+    ]
+    assert order == sorted(order)
+    assert "modeled seconds" in text and "SIMULATED" in text
+    assert "None found" not in text
+    clean = clean_report.read_text()
+    assert clean.index("None found") < clean.index("## Headline")
+    assert "Client overhead (calibration)" in clean
+
+
+def test_html_is_self_contained(faulty_report: Path) -> None:
+    html = (faulty_report.parent / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == len(FIGURE_NAMES)
+    assert all(base64.b64decode(img).startswith(PNG_MAGIC) for img in images)
+    assert not re.search(r'src="(?!data:)', html)
+    assert html.index("Problems") < html.index("Headline")
+
+
+def test_markdown_links_the_pngs(faulty_report: Path) -> None:
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", faulty_report.read_text())
+    assert sorted(links) == sorted(f"{name}.png" for name in FIGURE_NAMES)
+
+
+def test_report_is_reproducible(clean_report: Path) -> None:
+    out = clean_report.parent
+    before = {n: (out / n).read_bytes() for n in ("report.md", "summary.csv")}
+    report.write_report(out.parent)
+    assert {n: (out / n).read_bytes() for n in before} == before
+
+
+def test_context_sizes_and_single_arm_runs(tmp_path: Path) -> None:
+    spec = with_changes(SyntheticSpec(), contexts=(8192, 32768), placements=("alternate",))
+    multi = report.write_report(write_run(tmp_path / "multi", spec))
+    header = _csv(multi.parent / "summary.csv")[0]
+    assert list(header)[:4] == ["placement", "cache", "context_tokens", "turn"]
+    only_on = with_changes(SyntheticSpec(), blocks=("on", "on"), placements=("fixed",))
+    single = report.write_report(write_run(tmp_path / "single", only_on))
+    rows = _csv(single.parent / "summary.csv")
+    assert {r["cache"] for r in rows} == {"on"} and all(r["speedup"] == "" for r in rows)
+    assert (single.parent / "speedup.png").read_bytes().startswith(PNG_MAGIC)
