@@ -14,6 +14,7 @@ queue does); evicting a head block would orphan everything after it.
 from __future__ import annotations
 
 import functools
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -70,29 +71,35 @@ def chain_keys(ids: np.ndarray, block_tokens: int) -> list[int]:
 
 
 class _LRUKeys:
-    """An LRU set of chain-hash keys with a capacity in entries."""
+    """An LRU set of chain-hash keys with a capacity in entries.
+
+    Each key carries the time from which it is visible, so that a prompt can be stored
+    when its prefill is scheduled (where the work is absorbed by the request's deadline)
+    yet be found only once its modeled prefill has ended.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[int, None] = OrderedDict()
+        self._keys: OrderedDict[int, float] = OrderedDict()
         self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def prefix_len(self, keys: Sequence[int]) -> int:
-        """How many of ``keys``, from the first, are present (does not touch them)."""
+    def prefix_len(self, keys: Sequence[int], now: float = math.inf) -> int:
+        """How many of ``keys``, from the first, are visible at ``now`` (no touch)."""
         present = self._keys
         for i, key in enumerate(keys):
-            if key not in present:
+            visible_at = present.get(key)
+            if visible_at is None or visible_at > now:
                 return i
         return len(keys)
 
-    def insert(self, keys: Sequence[int]) -> None:
+    def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
         """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
         entries = self._keys
         for key in reversed(keys):
-            entries[key] = None
+            entries[key] = min(entries.get(key, visible_at), visible_at)
             entries.move_to_end(key)
         while len(entries) > self.capacity:
             entries.popitem(last=False)
@@ -119,7 +126,11 @@ class LocalPrefixCache:
         return self._lru.prefix_len(usable) * self.block_tokens
 
     def insert(self, keys: Sequence[int]) -> None:
-        """Store a prompt's blocks (after its prefill)."""
+        """Store a prompt's blocks.
+
+        The replica looks its cache up only while holding its prefill slot, which the
+        storing request holds until its prefill ends, so storing early is invisible.
+        """
         self._lru.insert(keys)
 
     def clear(self) -> None:
@@ -146,14 +157,14 @@ class SharedPool:
         """The chunk keys of a prompt."""
         return chain_keys(ids, self.chunk_tokens)
 
-    def lookup(self, keys: Sequence[int], max_tokens: int) -> int:
-        """Tokens of the longest stored chunk-aligned prefix, at most ``max_tokens``."""
+    def lookup(self, keys: Sequence[int], max_tokens: int, now: float = math.inf) -> int:
+        """Tokens of the longest chunk-aligned prefix stored by ``now``, at most ``max_tokens``."""
         usable = keys[: max(max_tokens, 0) // self.chunk_tokens]
-        return self._lru.prefix_len(usable) * self.chunk_tokens
+        return self._lru.prefix_len(usable, now) * self.chunk_tokens
 
-    def insert(self, keys: Sequence[int]) -> None:
-        """Store a prompt's chunks (after its prefill)."""
-        self._lru.insert(keys)
+    def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
+        """Store a prompt's chunks, found by lookups from ``visible_at`` on (its prefill end)."""
+        self._lru.insert(keys, visible_at)
 
     def clear(self) -> None:
         self._lru.clear()

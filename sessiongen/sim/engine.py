@@ -211,9 +211,9 @@ class Replica:
     async def admit(self, job: Job, arrival: float) -> Admission:
         """Take the prefill slot in turn, look up the caches and model the prefill.
 
-        The slot stays taken until the modeled prefill ends; then the prompt's blocks go
-        into the local cache (and its chunks into the pool, when on) and the slot frees.
-        Returns at once with the schedule; the caller waits for ``first_token_at``.
+        The slot stays taken until the modeled prefill ends; the prompt's blocks (and its
+        chunks, when the pool is on) become visible to lookups then. Returns at once with
+        the schedule; the caller waits for ``first_token_at``.
         """
         loop = asyncio.get_running_loop()
         world = self.world
@@ -226,15 +226,20 @@ class Replica:
         start = max(arrival, self._free_at)
         limit = job.prompt_tokens - 1
         pool_on = world.shared_cache
-        pool_prefix = world.pool.lookup(job.pool_keys, limit) if pool_on else 0
+        pool_prefix = world.pool.lookup(job.pool_keys, limit, loop.time()) if pool_on else 0
         local, pool_hit = split_hit(self.cache.lookup(job.local_keys, limit), pool_prefix)
         timing = request_timing(
             world.profile, job.prompt_tokens, local, pool_hit, running=self.decoding + 1
         )
         prefill_end = start + timing.busy_s * scale
         self._free_at = prefill_end
+        # Store now, while the request's own deadline still absorbs the work; the slot
+        # (and the pool's visibility time) keep the entries unseen until prefill_end.
+        self.cache.insert(job.local_keys)
+        if pool_on:
+            world.pool.insert(job.pool_keys, visible_at=prefill_end)
+        loop.call_at(prefill_end, self._slot.release)
         self.metrics.record(job.prompt_tokens, local, pool_hit, pool_on)
-        loop.call_at(prefill_end, self._prefilled, job, pool_on)
         adm = Admission(
             local_hit=local,
             pool_hit=pool_hit,
@@ -246,12 +251,6 @@ class Replica:
         )
         self.metrics.ttft.observe(adm.modeled_ttft_s)
         return adm
-
-    def _prefilled(self, job: Job, pool_on: bool) -> None:
-        self.cache.insert(job.local_keys)
-        if pool_on:
-            self.world.pool.insert(job.pool_keys)
-        self._slot.release()
 
     def reset(self, pool: bool) -> None:
         """Drop this replica's prefix cache (and the shared pool if ``pool``)."""

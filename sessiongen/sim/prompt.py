@@ -1,9 +1,11 @@
 """Prompt token ids as the simulated replicas see them: cl100k plus a fixed chat template.
 
-The template is ChatML-like: each message is ``<|im_start|>`` + ids of ``"{role}\\n"`` +
-the content ids + ``<|im_end|>`` + ids of ``"\\n"``, and a chat prompt ends with
-``<|im_start|>`` + ids of ``"assistant\\n"``. So a prompt's ids (and therefore its cache
-blocks) are a prefix of the next turn's whenever the messages are.
+The template is ChatML written as plain text (cl100k's offline encoding has no
+``<|im_start|>`` special token): each message is the ids of ``"<|im_start|>{role}\\n"``,
+then the content ids, then the ids of ``"<|im_end|>\\n"``; a chat prompt ends with the
+ids of ``"<|im_start|>assistant\\n"``. Each piece is encoded on its own, so a prompt's ids
+(and therefore its cache blocks) are a prefix of the next turn's whenever the messages
+are.
 
 Tokenizing is memoised. A long text is cut into segments at points where cl100k's
 pre-tokenizer always splits (a space followed by a letter, after a non-space), so
@@ -23,8 +25,8 @@ import numpy as np
 
 from ..tokenize import cl100k
 
-IM_START = 100264
-IM_END = 100265
+ROLE_HEAD = "<|im_start|>{role}\n"
+MESSAGE_END = "<|im_end|>\n"
 SEGMENT_CHARS = 2048
 
 
@@ -62,10 +64,8 @@ class PromptTokenizer:
         self.hits = 0
         self.misses = 0
         self._role_ids: dict[str, np.ndarray] = {}
-        self._newline = self._encode_small("\n")
-        self._assistant_head = np.concatenate(
-            [np.array([IM_START], dtype=np.uint32), self._encode_small("assistant\n")]
-        )
+        self._end = self._encode_small(MESSAGE_END)
+        self._assistant_head = self._encode_small(ROLE_HEAD.format(role="assistant"))
 
     def _encode_small(self, text: str) -> np.ndarray:
         return np.asarray(self._tok.encode(text), dtype=np.uint32)
@@ -105,17 +105,14 @@ class PromptTokenizer:
         for role, content in messages:
             head = self._role_ids.get(role)
             if head is None:
-                head = np.concatenate(
-                    [np.array([IM_START], dtype=np.uint32), self._encode_small(f"{role}\n")]
-                )
+                head = self._encode_small(ROLE_HEAD.format(role=role))
                 with self._lock:
                     self._role_ids[role] = head
-            parts += [head, self.encode(content), np.array([IM_END], dtype=np.uint32)]
-            parts.append(self._newline)
+            parts += [head, self.encode(content), self._end]
         if add_generation_prompt:
             parts.append(self._assistant_head)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` (special tokens included)."""
+        """Text of ``ids``."""
         return self._tok.decode(list(ids))

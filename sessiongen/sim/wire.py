@@ -99,12 +99,13 @@ def _prompt(body: dict[str, Any]) -> tuple[str | None, np.ndarray | None]:
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         return prompt, None
-    if (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in prompt)
-    ):
-        return None, np.asarray(prompt, dtype=np.uint32)
+    if isinstance(prompt, list) and prompt:
+        try:
+            ids = np.array(prompt)  # vectorised check: a 128k-token list costs ~2 ms
+        except (ValueError, OverflowError):
+            ids = np.zeros(0)
+        if ids.ndim == 1 and ids.dtype.kind in "iu" and ids.min() >= 0 and ids.max() < 2**32:
+            return None, ids.astype(np.uint32)
     if prompt is None:
         raise BadRequest("prompt is required", "prompt")
     raise BadRequest("prompt must be a string or a non-empty list of token ids", "prompt")

@@ -1,0 +1,30 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from sessiongen.sim.profile import SimProfile
+from sessiongen.sim.server import make_apps
+
+SimServers = Callable[..., Awaitable[list[TestServer]]]
+
+
+@pytest.fixture
+def sim_servers(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> SimServers:
+    """Factory: in-process simulated replicas on free ports, sharing one pool.
+
+    ``await sim_servers(profile=None, shared_cache=True, model="sim-27b")``; the
+    default profile runs 1,000x faster than modeled time.
+    """
+
+    async def start(
+        profile: SimProfile | None = None, shared_cache: bool = True, model: str = "sim-27b"
+    ) -> list[TestServer]:
+        apps = make_apps(profile or SimProfile(time_scale=0.001), model, shared_cache)
+        return [await aiohttp_server(app) for app in apps]
+
+    return start

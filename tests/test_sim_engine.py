@@ -1,0 +1,167 @@
+"""Cache and scheduling mechanics through the running servers, seen in /metrics and usage."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp.test_utils import TestServer
+
+from sessiongen.sessions import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.sim.profile import SimProfile
+from tests.conftest import SimServers
+
+MODEL = "sim-27b"
+COUNTERS = (
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:external_prefix_cache_queries_total",
+    "vllm:external_prefix_cache_hits_total",
+)
+
+
+async def post(server: TestServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(server.make_url(path), json=body) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        data: dict[str, Any] = orjson.loads(await resp.read())
+        return data
+
+
+async def complete(server: TestServer, ids: list[int], **extra: Any) -> dict[str, Any]:
+    body = {"model": MODEL, "prompt": ids, "max_tokens": 1, **extra}
+    return await post(server, "/v1/completions", body)
+
+
+async def metrics(server: TestServer) -> dict[str, float]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(server.make_url("/metrics")) as resp,
+    ):
+        text = await resp.text()
+    out: dict[str, float] = {}
+    for name in COUNTERS:
+        m = re.search(rf'^{re.escape(name)}{{model_name="{MODEL}"}} (\S+)$', text, re.M)
+        assert m, name
+        out[name] = float(m.group(1))
+    info = re.search(r'^sessiongen_sim_info\{.*time_scale="([^"]+)".*\} 1\.0$', text, re.M)
+    assert info
+    out["time_scale"] = float(info.group(1))
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> list[float]:
+    return [after[k] - before[k] for k in COUNTERS]
+
+
+async def test_counters_move_by_the_hit_tokens(sim_servers: SimServers) -> None:
+    a, b = await sim_servers()
+    prompt = list(range(5000))
+    a0, b0 = await metrics(a), await metrics(b)
+    await complete(a, prompt)
+    a1 = await metrics(a)
+    assert delta(a1, a0) == [5000, 0, 5000, 0]
+    local = await complete(a, prompt + list(range(90_000, 90_032)))
+    a2 = await metrics(a)
+    # 312 whole 16-token blocks hit locally; the pool's 3 chunks lie within that.
+    assert delta(a2, a1) == [5032, 4992, 5032, 0]
+    assert local["sim"]["local_hit_tokens"] == 4992
+    cross = await complete(b, prompt + list(range(91_000, 91_032)))
+    assert delta(await metrics(b), b0) == [5032, 0, 5032, 3 * 1568]
+    assert cross["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * 1568
+
+
+async def test_pool_off_gives_no_cross_replica_hits_and_no_external_queries(
+    sim_servers: SimServers,
+) -> None:
+    a, b = await sim_servers(shared_cache=False)
+    prompt = list(range(5000))
+    await complete(a, prompt)
+    b0 = await metrics(b)
+    out = await complete(b, [*prompt, 7])
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert delta(await metrics(b), b0) == [5001, 0, 0, 0]
+    assert (await metrics(a))["vllm:external_prefix_cache_queries_total"] == 0
+
+
+async def test_local_cache_first_then_pool_beyond_it(sim_servers: SimServers) -> None:
+    a, b = await sim_servers()
+    head = list(range(3200))  # 200 blocks
+    longer = head + list(range(50_000, 53_200))  # 6,400 tokens: 4 whole chunks
+    await complete(a, head)
+    await complete(b, longer)
+    out = await complete(a, [*longer, 1, 2, 3])
+    assert out["sim"]["local_hit_tokens"] == 3200
+    assert out["sim"]["pool_hit_tokens"] == 4 * 1568 - 3200
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 4 * 1568
+
+
+async def test_reset_and_config_routes(sim_servers: SimServers) -> None:
+    a, b = await sim_servers()
+    prompt = list(range(4000))
+    await complete(a, prompt)
+    await post(a, "/sim/reset", {})
+    again = await complete(a, prompt)
+    assert again["sim"]["local_hit_tokens"] == 0 and again["sim"]["pool_hit_tokens"] == 2 * 1568
+    await post(a, "/sim/reset", {"pool": True})
+    assert (await complete(b, prompt))["sim"]["pool_hit_tokens"] == 0
+    config = await post(b, "/sim/config", {"shared_cache": False, "time_scale": 0.002})
+    assert config["shared_cache"] is False and config["time_scale"] == 0.002
+    assert (await complete(a, [*prompt, 5]))["sim"]["pool_hit_tokens"] == 0
+    assert (await metrics(a))["time_scale"] == 0.002  # config is process-wide
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(a.make_url("/sim/config"), json={"shared": 1}) as resp,
+    ):
+        assert resp.status == 400
+
+
+async def test_one_prefill_at_a_time_per_replica(sim_servers: SimServers) -> None:
+    profile = SimProfile(time_scale=0.02)
+    a, b = await sim_servers(profile)
+    first, second = list(range(8000)), list(range(100_000, 108_000))
+    same = await asyncio.gather(complete(a, first), complete(a, second))
+    queued = max(r["sim"]["modeled_queue_s"] for r in same)
+    cold = min(r["sim"]["modeled_ttft_s"] for r in same)
+    # The later one waited for the other's whole prefill (about 1.1 modeled s).
+    assert queued > 0.8 * cold
+    apart = await asyncio.gather(
+        complete(a, list(range(200_000, 208_000))), complete(b, list(range(300_000, 308_000)))
+    )
+    assert all(r["sim"]["modeled_queue_s"] == 0 for r in apart)
+
+
+def needle_messages(filler_words: int) -> list[dict[str, str]]:
+    filler = " The river ran past the stone." * (filler_words // 6)
+    context = filler + NEEDLE_FACT.format(vault=41, code=9317) + filler
+    return [
+        {"role": "user", "content": context},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": NEEDLE_QUESTION.format(vault=41)},
+    ]
+
+
+async def answer(server: TestServer, messages: list[dict[str, str]]) -> tuple[str, int]:
+    body = {"model": MODEL, "messages": messages, "max_tokens": 8, "temperature": 0}
+    out = await post(server, "/v1/chat/completions", body)
+    return out["choices"][0]["message"]["content"], out["sim"]["pool_hit_tokens"]
+
+
+async def test_needle_answered_and_pool_corruption_planted(sim_servers: SimServers) -> None:
+    messages = needle_messages(4000)
+    healthy_a, healthy_b = await sim_servers()
+    assert (await answer(healthy_a, messages))[0].startswith("9317")
+    text, pool_hit = await answer(healthy_b, messages)
+    assert pool_hit > 0 and text.startswith("9317")
+
+    faulty = SimProfile(time_scale=0.001, pool_corruption=1.0)
+    bad_a, bad_b = await sim_servers(faulty)
+    assert (await answer(bad_a, messages))[0].startswith("9317")  # cold: no pool, no fault
+    text, pool_hit = await answer(bad_b, messages)
+    assert pool_hit > 0 and not text.startswith("9317")
+    assert (await answer(bad_a, messages))[0].startswith("9317")  # local hit: still right
