@@ -21,9 +21,10 @@ Definitions (the README links here)
 - **Block drift** = for each arm with two or more blocks (OFF, ON, ON, OFF), the median of
   the per-(session, turn) ratios last block / first block, with a session-resampled
   bootstrap interval. It is *flagged* when the interval excludes 1, the drift exceeds
-  ``min_drift`` (2%), and ``|log drift| > |log effect|``, where the effect is the median
-  of that placement's per-turn speedups. Requiring the interval keeps noise alone from
-  flagging placements whose effect is near 1 (e.g. ``fixed``).
+  ``min_drift`` (2%), at least ``min_units`` (5) sessions were paired, and ``|log
+  drift| > |log effect|``, where the effect is the median of that placement's per-turn
+  speedups. Requiring the interval keeps noise alone from flagging placements whose
+  effect is near 1 (e.g. ``fixed``).
 - **Contamination, attribution, correctness**: see :mod:`sessiongen.checks`.
 """
 
@@ -319,9 +320,14 @@ def block_drift(
     *,
     boot: Bootstrap = DEFAULT_BOOTSTRAP,
     min_drift: float = 0.02,
+    min_units: int = 5,
     speedups: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """First vs last block of each arm: drift with a CI, compared against the ON/OFF effect."""
+    """First vs last block of each arm: drift with a CI, compared against the ON/OFF effect.
+
+    With fewer than ``min_units`` sessions the bootstrap interval is too coarse to judge
+    (two sessions give three distinct resamples), so nothing is called significant.
+    """
     speedups = speedup_table(run, boot=boot) if speedups is None else speedups
     effects = speedups.group_by("placement", "context_tokens").agg(
         effect=pl.col("speedup").median()
@@ -340,7 +346,7 @@ def block_drift(
         ci, paired = _drift_interval(first, last, boot, seed)
         effect = effect_of.get((key["placement"], key["context_tokens"])) or 1.0
         drift = ci.estimate
-        significant = ci.excludes(1.0) and abs(drift - 1.0) > min_drift
+        significant = ci.n >= min_units and ci.excludes(1.0) and abs(drift - 1.0) > min_drift
         exceeds = abs(math.log(drift)) > abs(math.log(effect)) if drift > 0 else False
         rows.append(
             {

@@ -181,6 +181,20 @@ def ttft_cdf_figure(requests: pl.DataFrame, note: str) -> Figure:
     return fig
 
 
+def _token_parts(attribution: pl.DataFrame) -> pl.DataFrame:
+    """Split mean prompt tokens into local, external, cached-unattributed and uncached.
+
+    Per-request counter deltas are only attributable at concurrency 1; otherwise the
+    server's ``cached_tokens`` still says how much hit, just not where.
+    """
+    hits = pl.col("local_hit_tokens").fill_null(0) + pl.col("external_hit_tokens").fill_null(0)
+    cached = pl.max_horizontal(pl.col("cached_tokens").fill_null(0), hits)
+    return attribution.with_columns(
+        unattributed=(cached - hits).clip(lower_bound=0),
+        uncached=(pl.col("prompt_tokens") - cached).clip(lower_bound=0),
+    )
+
+
 def cache_attribution_figure(attribution: pl.DataFrame, note: str) -> Figure:
     """Mean local-hit, external-hit and uncached prompt tokens per request, per turn."""
     placements = sorted(attribution["placement"].unique().to_list()) or ["-"]
@@ -194,15 +208,10 @@ def cache_attribution_figure(attribution: pl.DataFrame, note: str) -> Figure:
     parts = (
         ("local_hit_tokens", "local hit", "#2ca02c"),
         ("external_hit_tokens", "external (shared pool) hit", "#1f77b4"),
+        ("unattributed", "cached, source not attributed", "#9edae5"),
         ("uncached", "not cached (prefilled)", "#cccccc"),
     )
-    data = attribution.with_columns(
-        uncached=(
-            pl.col("prompt_tokens")
-            - pl.col("local_hit_tokens").fill_null(0)
-            - pl.col("external_hit_tokens").fill_null(0)
-        ).clip(lower_bound=0)
-    )
+    data = _token_parts(attribution)
     for i, (ctx, placement) in enumerate((c, p) for c in contexts for p in placements):
         ax = axes[i]
         ax.set_title(

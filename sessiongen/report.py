@@ -374,8 +374,8 @@ def _method(run: Run, boot: Bootstrap) -> list[Block]:
                 "Contamination: turn-1 cached/local/external hit tokens above "
                 f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
                 "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
-                "its CI excludes 1, it exceeds 2%, and it is larger than the median per-turn "
-                "speedup of the placement.",
+                "its CI excludes 1, it exceeds 2%, at least 5 sessions were paired, and it is "
+                "larger than the median per-turn speedup of the placement.",
                 "summary.csv: speedup columns are filled on cache=on rows only.",
             )
         ),

@@ -272,3 +272,11 @@ def test_resolve_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("SESSIONGEN_RUN")
     with pytest.raises(RunDirError, match="no runs/ folder"):
         analysis.resolve_run_dir(start=Path("/"))
+
+
+def test_drift_needs_enough_sessions_to_be_judged(tmp_path: Path) -> None:
+    few = _load(tmp_path, with_changes(CLEAN, sessions=2, drift=1.5))
+    row = analysis.block_drift(few).filter(pl.col("placement") == "fixed", pl.col("cache") == "off")
+    assert row["drift"].item() == pytest.approx(1.5, rel=0.1)
+    assert row["n_units"].item() == 2 and not row["significant"].item()
+    assert analysis.block_drift(few, min_units=2).filter(pl.col("flagged")).height == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -55,3 +56,12 @@ def test_notebook_is_committed_without_outputs() -> None:
     nbformat.validate(nb)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
     assert "Slice it yourself" in nb.cells[-2].source and nb.cells[-1].cell_type == "code"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SESSIONGEN_TEST_RUN"), reason="set SESSIONGEN_TEST_RUN=RUN_DIR to run"
+)
+def test_notebook_executes_against_a_given_run(tmp_path: Path) -> None:
+    """E.g. ``SESSIONGEN_TEST_RUN=runs/<id> pytest tests/test_notebook.py`` on a replay run."""
+    nb = execute_notebook(Path(os.environ["SESSIONGEN_TEST_RUN"]).resolve(), tmp_path)
+    assert _outputs(nb, "image/png") >= 5
