@@ -67,7 +67,7 @@ class Comparison:
     def to_text(self) -> str:
         """The frame as a plain-text table (modeled seconds), then notes and the summary."""
         cols = ["median_a_s", "median_b_s", "ratio", "ratio_ci_low", "ratio_ci_high", "p_holm"]
-        lines = ["cell                              A (s)    B (s)   B/A   95% CI          p_holm"]
+        lines = ["cell                              A (s)    B (s)   B/A   CI              p_holm"]
         for row in self.frame.iter_rows(named=True):
             cell = f"{row['placement']}/{row['cache']}/{row['context_tokens']}/t{row['turn']}"
             vals = [_fmt(row[c]) for c in cols]

@@ -113,6 +113,7 @@ def load_run(run_dir: str | Path) -> Run:
     warm = pl.col("warmup").fill_null(False)
     requests = raw.filter(~warm).with_columns(
         pl.col("context_tokens").fill_null(0),
+        pl.col("status").fill_null("unknown"),  # never silently neither ok nor an error
         *[(pl.col(c) / scale).alias(c) for c in DURATION_COLUMNS],
     )
     metrics_path = path / "metrics.parquet"
