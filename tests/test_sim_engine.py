@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp.test_utils import TestServer
 
 from sessiongen.sessions import NEEDLE_FACT, NEEDLE_QUESTION
@@ -122,7 +123,7 @@ async def test_reset_and_config_routes(sim_servers: SimServers) -> None:
 
 
 async def test_one_prefill_at_a_time_per_replica(sim_servers: SimServers) -> None:
-    profile = SimProfile(time_scale=0.02)
+    profile = SimProfile(time_scale=0.2)  # an 8k prefill: ~0.23 s wall, >> arrival jitter
     a, b = await sim_servers(profile)
     first, second = list(range(8000)), list(range(100_000, 108_000))
     same = await asyncio.gather(complete(a, first), complete(a, second))
@@ -165,3 +166,95 @@ async def test_needle_answered_and_pool_corruption_planted(sim_servers: SimServe
     text, pool_hit = await answer(bad_b, messages)
     assert pool_hit > 0 and not text.startswith("9317")
     assert (await answer(bad_a, messages))[0].startswith("9317")  # local hit: still right
+
+
+async def scrape(server: TestServer) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(server.make_url("/metrics")) as resp,
+    ):
+        return await resp.text()
+
+
+def sample(text: str, name: str) -> float:
+    m = re.search(rf'^{re.escape(name)}{{model_name="{MODEL}"}} (\S+)$', text, re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+async def test_ttft_histogram_observes_modeled_seconds(sim_servers: SimServers) -> None:
+    a, _ = await sim_servers(SimProfile(time_scale=0.001))
+    out = await complete(a, list(range(8000)))
+    text = await scrape(a)
+    assert sample(text, "vllm:time_to_first_token_seconds_count") == 1
+    # Modeled (about 1.16 s), not wall (about 1.2 ms).
+    observed = sample(text, "vllm:time_to_first_token_seconds_sum")
+    assert observed == out["sim"]["modeled_ttft_s"] and 1.0 < observed < 1.3
+
+
+async def test_running_and_waiting_gauges(sim_servers: SimServers) -> None:
+    a, _ = await sim_servers(SimProfile(time_scale=0.1))  # each 8k prefill: ~0.12 s wall
+    tasks = [asyncio.create_task(complete(a, list(range(k, k + 8000)))) for k in (0, 10**6)]
+    seen: set[tuple[float, float]] = set()
+    while not all(t.done() for t in tasks):
+        text = await scrape(a)
+        running = sample(text, "vllm:num_requests_running")
+        seen.add((running, sample(text, "vllm:num_requests_waiting")))
+    await asyncio.gather(*tasks)
+    assert (1.0, 1.0) in seen  # one prefilling, one waiting for the prefill slot
+    text = await scrape(a)
+    assert sample(text, "vllm:num_requests_running") == 0
+    assert sample(text, "vllm:num_requests_waiting") == 0
+
+
+async def decode_span(server: TestServer, start: int, tokens: int) -> float:
+    """Client-side wall seconds from the first to the last content chunk."""
+    body = {
+        "model": MODEL,
+        "prompt": list(range(start, start + 1000)),
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    stamps = []
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(server.make_url("/v1/completions"), json=body) as resp,
+    ):
+        async for line in resp.content:
+            if line.startswith(b'data: {"id"'):
+                stamps.append(asyncio.get_running_loop().time())
+    assert len(stamps) == tokens
+    return stamps[-1] - stamps[0]
+
+
+async def test_decode_pace_follows_itl_and_slows_with_batch(sim_servers: SimServers) -> None:
+    profile = SimProfile(
+        time_scale=1.0,
+        prefill_s_per_ktok=0.001,  # prefills too short to keep the decodes apart
+        attn_s_per_ktok2=0.0,
+        itl_base_s=0.005,
+        itl_per_ktok_s=0.0,
+        itl_per_batch_s=0.005,
+    )
+    a, _ = await sim_servers(profile)
+    alone = await decode_span(a, 0, 21)
+    assert alone == pytest.approx(20 * 0.005, rel=0.15)
+    together = await asyncio.gather(decode_span(a, 10**5, 21), decode_span(a, 2 * 10**5, 21))
+    # While both decode, each step takes 0.010 s instead of 0.005 s.
+    assert max(together) > 1.5 * alone
+
+
+async def test_pool_serves_a_prefix_only_once_its_prefill_has_ended(
+    sim_servers: SimServers,
+) -> None:
+    a, b, c = await sim_servers(SimProfile(time_scale=0.02, replicas=3))  # 32k: ~0.1 s wall
+    context = list(range(32_000))
+    first = asyncio.create_task(complete(a, context))
+    while sample(await scrape(a), "vllm:num_requests_running") < 1:
+        await asyncio.sleep(0)
+    during = await complete(b, [*context, 1])  # admitted within a's ~0.1 s prefill
+    assert during["sim"]["pool_hit_tokens"] == 0  # a's chunks are not computed yet
+    await first
+    after = await complete(c, [*context, 2])
+    assert after["sim"]["pool_hit_tokens"] == 32_000 // 1568 * 1568

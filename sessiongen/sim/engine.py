@@ -84,6 +84,7 @@ class World:
         self.pool = SharedPool(pool_bytes, profile.pool_chunk_tokens, profile.kv_bytes_per_token)
         self.tokenizer = PromptTokenizer()
         self._answer = output.needle_answerer()
+        output.word_ids()  # built once here, not inside the first request
         self.replicas = [Replica(self, i) for i in range(profile.replicas)]
 
     def configure(self, shared_cache: bool | None = None, time_scale: float | None = None) -> None:
@@ -182,7 +183,8 @@ class Replica:
         p = world.profile
         self.cache = LocalPrefixCache(p.local_cache_tokens, p.local_block_tokens)
         self.metrics = ReplicaMetrics(world.model_name, index)
-        self.metrics.watch(lambda: self.running, lambda: self.waiting)
+        # vLLM's "running" excludes requests still queued for the prefill slot.
+        self.metrics.watch(lambda: self.running - self.waiting, lambda: self.waiting)
         self.metrics.set_info(world.time_scale, world.shared_cache)
         self._slot = asyncio.Lock()
         self._free_at = 0.0
@@ -192,7 +194,7 @@ class Replica:
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        """Count a request as running while the block runs."""
+        """Count a request as admitted (queued for the slot, prefilling or decoding)."""
         self.running += 1
         try:
             yield
@@ -226,7 +228,7 @@ class Replica:
         start = max(arrival, self._free_at)
         limit = job.prompt_tokens - 1
         pool_on = world.shared_cache
-        pool_prefix = world.pool.lookup(job.pool_keys, limit, loop.time()) if pool_on else 0
+        pool_prefix = world.pool.lookup(job.pool_keys, limit, start) if pool_on else 0
         local, pool_hit = split_hit(self.cache.lookup(job.local_keys, limit), pool_prefix)
         timing = request_timing(
             world.profile, job.prompt_tokens, local, pool_hit, running=self.decoding + 1
