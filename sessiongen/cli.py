@@ -6,6 +6,7 @@ a run that finished with failed requests exits 1; anything else keeps its traceb
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,15 +156,103 @@ def replay(
 
 
 def _summarize(run_dir: Path, report: bool) -> None:
-    """Print the per-turn table and write the report, when analysis is available."""
-    try:
-        from . import analysis
-        from . import report as report_mod
-    except ImportError:  # analysis not built yet in this checkout
-        return
+    """Print the per-turn table and write the report."""
+    from . import analysis
+    from . import report as report_mod
+
     click.echo(analysis.console_table(analysis.load_run(run_dir)))
     if report:
         click.echo(f"report: {report_mod.write_report(run_dir)}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+def report(run_dir: str) -> None:
+    """Write RUN_DIR/report/: report.md, report.html, summary.csv and plots (PNG, SVG)."""
+    from . import report as report_mod
+
+    click.echo(f"report: {report_mod.write_report(Path(run_dir))}")
+
+
+@cli.command()
+@click.argument("run_a", type=click.Path(file_okay=False))
+@click.argument("run_b", type=click.Path(file_okay=False))
+@click.option(
+    "--threshold",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Smallest slowdown that counts (0.05 = 5%).",
+)
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
+@click.option("--force", is_flag=True, help="Compare runs of different scenarios anyway.")
+def compare(run_a: str, run_b: str, threshold: float, alpha: float, force: bool) -> None:
+    """Compare RUN_B against RUN_A per arm and turn; exit 1 on a significant slowdown.
+
+    Ratio of median TTFT (B/A) with a bootstrap CI and a Mann-Whitney U test (Holm
+    corrected across cells); a regression needs both significance and a slowdown
+    beyond --threshold.
+    """
+    from . import analysis
+
+    result = analysis.compare_runs(
+        analysis.load_run(Path(run_a)),
+        analysis.load_run(Path(run_b)),
+        threshold=threshold,
+        alpha=alpha,
+        force=force,
+    )
+    click.echo(result.to_text())
+    if result.verdict == "regression":
+        raise SystemExit(1)
+
+
+@cli.group()
+def sim() -> None:
+    """The embedded simulated replicas (a calibrated model of vLLM + LMCache)."""
+
+
+@sim.command("serve")
+@click.option("--replicas", type=int, default=2, show_default=True)
+@click.option(
+    "--port", type=int, default=8100, show_default=True, help="Replica i on PORT+i (0: free)."
+)
+@click.option("--model", default="sim-27b", show_default=True, help="Served model name.")
+@click.option("--shared-cache", type=click.Choice(["on", "off"]), default="on", show_default=True)
+@click.option(
+    "--time-scale", type=float, default=1.0, show_default=True, help="Wall s per modeled s."
+)
+@set_option
+def sim_serve(
+    replicas: int,
+    port: int,
+    model: str,
+    shared_cache: str,
+    time_scale: float,
+    overrides: tuple[str, ...],
+) -> None:
+    """Serve simulated replicas on 127.0.0.1 until interrupted, one log line per request.
+
+    Profile parameters are set with --set target.sim.PARAM=VALUE (see
+    sessiongen/sim/profile.py). The servers speak vLLM's OpenAI-compatible API,
+    /metrics, /tokenize and /health; they are a model, not a real engine.
+    """
+    import logging
+
+    from . import schema
+    from .sim.process import serve
+    from .sim.profile import SimProfile
+
+    raw = schema.apply_overrides({}, [o.removeprefix("target.sim.") for o in overrides])
+    raw.update({"replicas": replicas, "time_scale": time_scale})
+    profile = schema.build(SimProfile, raw, "--set target.sim")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    def ready(urls: list[str]) -> None:
+        click.echo("SIMULATED replicas (a model of vLLM + LMCache): " + " ".join(urls), err=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(profile, model, port, shared_cache == "on", on_ready=ready)
 
 
 def main(argv: list[str] | None = None) -> None:

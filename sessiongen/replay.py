@@ -364,6 +364,8 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
     if isinstance(target, EndpointsTarget):
         asyncio.run(target.check())  # a one-line error before any work or any run folder
     run = _Run(scenario, opts, target)
+    if isinstance(target, SimTarget):
+        target.log_dir = run.run_dir
     interrupted = False
     try:
         asyncio.run(run.main())

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
@@ -64,6 +65,8 @@ class SimTarget:
         self.restarts = scenario.design.restart_between_blocks
         self._handle: Any = None
         self._urls: list[str] = []
+        self._blocks = 0
+        self.log_dir: Path | None = None  # per-request simulator logs go here when set
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return list(blocks)
@@ -73,7 +76,10 @@ class SimTarget:
 
         shared = cache == "on"
         if self._handle is None:
-            self._handle = await asyncio.to_thread(start_sim, self.profile, self.model_name, shared)
+            log = self.log_dir / f"sim-{self._blocks}.log" if self.log_dir else None
+            self._handle = await asyncio.to_thread(
+                start_sim, self.profile, self.model_name, shared, log_path=log
+            )
             self._urls = list(self._handle.urls)
         else:  # kept running between blocks: switch the arm and drop all caches
             async with aiohttp.ClientSession() as http:
@@ -83,6 +89,7 @@ class SimTarget:
         return self._urls
 
     async def close_block(self) -> dict[str, Any]:
+        self._blocks += 1
         info: dict[str, Any] = {"restarted": self.restarts}
         if self.restarts and self._handle is not None:
             info["pid"] = getattr(self._handle, "pid", None)
