@@ -238,13 +238,13 @@ class ManagedPair:
             wanted["lmcache-http"] = self._lmcache_http_port
         owner: dict[int, str] = {}
         for name, port in wanted.items():
-            if not port:
-                continue
-            if port in owner:
+            if port and port in owner:
                 raise EndpointError(f"port {port} is requested for both {owner[port]} and {name}")
+            if port:
+                owner[port] = name
+        for port, name in owner.items():
             if not net.port_is_free(port):
                 raise EndpointError(f"port {port} ({name}) is already in use on {net.HOST}")
-            owner[port] = name
         chosen = dict(wanted)
         for name, port in wanted.items():
             if not port:
