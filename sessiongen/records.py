@@ -129,7 +129,11 @@ def frame_of(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, pl.DataType
 
 
 class TableWriter:
-    """Accumulates rows and rewrites one Parquet file atomically every ``batch`` rows."""
+    """Accumulates rows and rewrites one Parquet file atomically on :meth:`flush`.
+
+    The caller decides when (``due`` says a batch is full), so an async caller can flush
+    in a worker thread and keep its event loop free.
+    """
 
     def __init__(self, path: Path, schema: Mapping[str, pl.DataType], batch: int = 64) -> None:
         self.path = path
@@ -140,13 +144,15 @@ class TableWriter:
         self._lock = threading.Lock()
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Keep a row; flush when a batch is full."""
+        """Keep a row (in memory; :meth:`flush` writes)."""
         with self._lock:
             self._rows.append(row)
             self._unflushed += 1
-            full = self._unflushed >= self.batch
-        if full:
-            self.flush()
+
+    @property
+    def due(self) -> bool:
+        """True when a full batch waits to be written."""
+        return self._unflushed >= self.batch
 
     def flush(self) -> None:
         """Write everything kept so far."""

@@ -107,6 +107,7 @@ class _Run:
         )
         self.outcome = Outcome(self.run_dir)
         self.builders: dict[str, SessionBuilder] = {}
+        self._flushing: asyncio.Future[None] | None = None
         self.lag = LagMonitor()
         self.t0 = time.perf_counter_ns()
         self.api_path = (
@@ -193,8 +194,10 @@ class _Run:
         }
         try:
             await self.snapshot_all(http, urls, ctx, "before")
-            await self.warmup(http, urls, ctx, salt)
             sessions = self.builder(salt).sessions()
+            # Build every session's texts before any request is timed, off the loop.
+            await asyncio.to_thread(lambda: [s.request(1) for s in sessions])
+            await self.warmup(http, urls, ctx, salt)
             bar = tqdm(
                 total=len(sessions) * self.scenario.sessions.turns,
                 desc=f"[{block + 1}] {policy} cache={cache}",
@@ -213,8 +216,10 @@ class _Run:
         finally:
             info["ended_at"] = records.now_iso()
             info.update(await self.target.close_block())
-            self.requests.flush()
-            self.metrics.flush()
+            if self._flushing is not None:
+                await asyncio.shield(self._flushing)
+            await asyncio.to_thread(self.requests.flush)
+            await asyncio.to_thread(self.metrics.flush)
             self.save_manifest()
 
     async def snapshot_all(
@@ -343,6 +348,8 @@ class _Run:
             }
         )
         self.requests.add(row)
+        if self.requests.due and (self._flushing is None or self._flushing.done()):
+            self._flushing = asyncio.ensure_future(asyncio.to_thread(self.requests.flush))
         if not warmup:
             self.outcome.requests += 1
             if not res.ok:
