@@ -1,0 +1,574 @@
+"""The nightly trend store, regression detection over it, and its plots.
+
+Store
+-----
+``STORE/<scenario_name>-<scenario_digest>/<run_id>.parquet``: one file per run, written
+atomically, holding :func:`sessiongen.analysis.run_summary` (one row per placement,
+cache, context size and turn: median TTFT with its interval, the ON/OFF speedup with its
+interval, error, contamination, divergence and needle counts) plus the run's identity on
+every row (run id, start time, night, target kind, and ``versions``: sessiongen version
+and git SHA, server versions, the simulator profile, as JSON). Runs of different
+scenarios (name or digest) live in different folders and are never compared; within a
+folder, targets of different kinds (sim, endpoints, managed) form separate series.
+Adding a run that is already stored changes nothing.
+
+Check
+-----
+Each series is one metric of one cell over the nights of a folder, oldest first:
+
+- ``ttft``: median TTFT of a (placement, cache, context, turn) arm; lower is better.
+- ``speedup``: median TTFT OFF / ON of a (placement, context, turn); higher is better.
+
+Both are fitted on the log scale with :func:`sessiongen.stepdetect.fit_steps`, each night
+weighted by its bootstrap interval. A **regression** is a newest level worse than the
+level before it by more than the metric's threshold (default 5%) that has lasted at
+least ``min_nights`` nights; an improvement is the mirror image. Counts are not fitted:
+any correctness **divergence**, **contamination** or wrong **needle** answer on the
+newest night is a regression whatever its size, and failed requests (``errors``) are one
+when they occur on each of the newest ``min_nights`` nights. Each finding names the night
+it started and what changed in ``versions`` between the night before and that night.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from . import records
+from .errors import RunDirError, UserError
+from .stepdetect import StepFit, fit_steps, latest_shift, sigma_from_ci
+
+STORE_VERSION = 1
+#: Nights fitted per series (the newest ones): enough history for a baseline, and the
+#: exact fit stays fast (its cost grows with the cube of the nights on flat series).
+WINDOW = 90
+CELL = ("placement", "cache", "context_tokens", "turn")
+IDENTITY_SCHEMA: dict[str, pl.DataType] = {
+    "store_version": pl.Int32(),
+    "run_id": pl.String(),
+    "started_at": pl.String(),
+    "night": pl.String(),
+    "scenario_name": pl.String(),
+    "scenario_digest": pl.String(),
+    "target_kind": pl.String(),
+    "simulated": pl.Boolean(),
+    "versions": pl.String(),
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A fitted series: its column, interval columns and which direction is worse."""
+
+    name: str
+    column: str
+    ci_low: str
+    ci_high: str
+    higher_is_worse: bool
+    cache: str | None = None  # only rows of this cache arm carry the metric
+
+
+METRICS = (
+    Metric("ttft", "median_ttft_s", "ci_low_s", "ci_high_s", higher_is_worse=True),
+    Metric("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", False, cache="on"),
+)
+#: Count metrics that are regressions at any size on the newest night.
+ANY_SIZE = ("divergences", "contamination", "needle_wrong")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What the store keeps about a run besides its summary."""
+
+    run_id: str
+    scenario_name: str
+    scenario_digest: str
+    started_at: str
+    target_kind: str
+    simulated: bool
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> RunIdentity:
+        target = manifest.get("target") or {}
+        return cls(
+            run_id=str(manifest["run_id"]),
+            scenario_name=str(manifest.get("scenario_name", "?")),
+            scenario_digest=str(manifest.get("scenario_digest") or "nodigest"),
+            started_at=str(manifest.get("started_at") or ""),
+            target_kind=str(target.get("kind", "?")),
+            simulated=bool(target.get("simulated", target.get("kind") == "sim")),
+            versions=versions_of(manifest),
+        )
+
+    @property
+    def folder(self) -> str:
+        return f"{self.scenario_name}-{self.scenario_digest}"
+
+
+def versions_of(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Flat ``name -> value`` of what can explain a change: tool, servers, sim profile."""
+    tool = manifest.get("tool") or {}
+    target = manifest.get("target") or {}
+    out = {
+        "sessiongen": str(tool.get("sessiongen_version")),
+        "git_sha": str(tool.get("git_sha"))[:12],
+        "target": str(target.get("kind")),
+    }
+    profile = target.get("profile") or target.get("sim") or {}  # "sim" in older manifests
+    for key, value in profile.items():
+        out[f"sim.{key}"] = json.dumps(value)
+    for path, value in _leaves(target):
+        if "version" in path.lower() and not path.startswith(("profile.", "sim.")):
+            out[path] = json.dumps(value) if not isinstance(value, str) else value
+    return out
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of nested dicts and lists."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, f"{prefix}{i}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def changed_versions(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """``name: old -> new`` for every entry that differs, ``; ``-separated."""
+    keys = sorted(set(before) | set(after))
+    parts = [
+        f"{k}: {before.get(k, '-')} -> {after.get(k, '-')}"
+        for k in keys
+        if before.get(k) != after.get(k)
+    ]
+    return "; ".join(parts)
+
+
+# --- store -------------------------------------------------------------------------------
+
+
+def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity) -> Path | None:
+    """Store one run's summary; None (and no write) when the run is already there."""
+    folder = Path(store) / identity.folder
+    path = folder / f"{identity.run_id}.parquet"
+    if path.exists():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    ident = {
+        "store_version": STORE_VERSION,
+        "run_id": identity.run_id,
+        "started_at": identity.started_at,
+        "night": identity.started_at[:10],
+        "scenario_name": identity.scenario_name,
+        "scenario_digest": identity.scenario_digest,
+        "target_kind": identity.target_kind,
+        "simulated": identity.simulated,
+        "versions": json.dumps(identity.versions, sort_keys=True),
+    }
+    frame = summary.with_columns(
+        pl.lit(value, dtype=IDENTITY_SCHEMA[name]).alias(name) for name, value in ident.items()
+    )
+    records.atomic_write_parquet(path, frame)
+    return path
+
+
+def trend_add(run_dirs: Iterable[str | Path], store: str | Path) -> list[Path]:
+    """Add each run folder's summary to the store; return the files newly written.
+
+    Every run is read and summarized before anything is written, so one bad folder adds
+    nothing. Incomplete (interrupted) runs are refused. Runs already stored are skipped.
+    """
+    from . import analysis
+
+    prepared = []
+    for run_dir in run_dirs:
+        run = analysis.load_run(run_dir)
+        if not run.manifest.get("complete"):
+            raise RunDirError(f"{run.path}: incomplete run (interrupted?); not added to trend")
+        prepared.append((analysis.run_summary(run), RunIdentity.from_manifest(run.manifest)))
+    added = [add_summary(store, summary, ident) for summary, ident in prepared]
+    return [p for p in added if p is not None]
+
+
+def load_store(store: str | Path) -> pl.DataFrame:
+    """Every stored summary row, with a ``folder`` column; a UserError when there is none."""
+    root = Path(store)
+    files = sorted(root.glob("*/*.parquet")) if root.is_dir() else []
+    if not files:
+        raise UserError(f"{root}: no runs in the trend store (add some with trend add)")
+    frames = [pl.read_parquet(f).with_columns(folder=pl.lit(f.parent.name)) for f in files]
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+# --- series ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nights:
+    """The runs of one folder and target kind, oldest first (at most ``window``)."""
+
+    folder: str
+    target_kind: str
+    run_ids: tuple[str, ...]
+    labels: tuple[str, ...]  # night dates
+    versions: tuple[dict[str, str], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.folder} [{self.target_kind}]"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric of one cell over the nights, with its fit and the finding, if any."""
+
+    metric: Metric
+    cell: dict[str, Any]
+    values: np.ndarray  # NaN where a night has no value
+    low: np.ndarray
+    high: np.ndarray
+    fit: StepFit
+    finding: dict[str, Any] | None
+
+
+def night_groups(
+    frame: pl.DataFrame, window: int | None = WINDOW
+) -> list[tuple[Nights, pl.DataFrame]]:
+    """The store split by folder and target kind, each with its (newest) nights."""
+    out = []
+    for (folder, kind), sub in frame.partition_by(
+        "folder", "target_kind", as_dict=True, maintain_order=True
+    ).items():
+        runs = sub.select("run_id", "started_at", "night", "versions").unique("run_id")
+        runs = runs.sort("started_at", "run_id")
+        if window:
+            runs = runs.tail(window)
+        nights = Nights(
+            str(folder),
+            str(kind),
+            tuple(runs["run_id"].to_list()),
+            tuple(runs["night"].to_list()),
+            tuple(json.loads(v) for v in runs["versions"].to_list()),
+        )
+        out.append((nights, sub.filter(pl.col("run_id").is_in(list(nights.run_ids)))))
+    return out
+
+
+def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> np.ndarray:
+    """A column of one cell's rows as an array over the nights (NaN where missing)."""
+    index = {rid: i for i, rid in enumerate(nights.run_ids)}
+    out = np.full(len(nights.run_ids), np.nan)
+    for rid, value in zip(sub["run_id"].to_list(), sub[column].to_list(), strict=True):
+        if value is not None:
+            out[index[rid]] = float(value)
+    return out
+
+
+def _judge(
+    metric: Metric,
+    fit: StepFit,
+    nights: Nights,
+    values: np.ndarray,
+    threshold: float,
+    min_nights: int,
+) -> dict[str, Any] | None:
+    """A regression or improvement when the newest level moved past the threshold."""
+    shift = latest_shift(fit)
+    if shift is None or shift.nights < min_nights:
+        return None
+    delta = shift.after - shift.before
+    worse = delta if metric.higher_is_worse else -delta
+    if abs(worse) <= math.log1p(threshold):
+        return None
+    earlier = np.flatnonzero(np.isfinite(values[: shift.at]))
+    prev = int(earlier[-1]) if earlier.size else shift.at
+    return {
+        "kind": "regression" if worse > 0 else "improvement",
+        "metric": metric.name,
+        "started": nights.labels[shift.at],
+        "started_run": nights.run_ids[shift.at],
+        "nights": shift.nights,
+        "before": math.exp(shift.before),
+        "after": math.exp(shift.after),
+        "change": math.expm1(delta),
+        "versions_changed": changed_versions(nights.versions[prev], nights.versions[shift.at]),
+    }
+
+
+def metric_series(
+    frame: pl.DataFrame, nights: Nights, metric: Metric, threshold: float, min_nights: int
+) -> list[Series]:
+    """Every cell's series of one metric, fitted and judged."""
+    rows = frame.filter(pl.col(metric.column).is_not_null())
+    if metric.cache is not None:
+        rows = rows.filter(pl.col("cache") == metric.cache)
+    keys = [k for k in CELL if k != "cache" or metric.cache is None]
+    out = []
+    for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items():
+        cell = dict(zip(keys, key, strict=True))
+        values = _aligned(sub, nights, metric.column)
+        low = _aligned(sub, nights, metric.ci_low)
+        high = _aligned(sub, nights, metric.ci_high)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.where(values > 0, np.log(values), np.nan)
+        fit = fit_steps(logs, sigma_from_ci(low, high), min_size=min(2, min_nights))
+        finding = _judge(metric, fit, nights, values, threshold, min_nights)
+        if finding is not None:
+            finding.update(cell)
+        out.append(Series(metric, cell, values, low, high, fit, finding))
+    return out
+
+
+def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, np.ndarray]:
+    """Per night: divergences, contamination, wrong needle answers and failed requests."""
+    cells = frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
+        divergences=pl.col("divergences").fill_null(0).max(),  # on both arms' rows
+        contamination=pl.col("contamination").fill_null(0).sum(),
+        needle_wrong=(pl.col("needle_graded") - pl.col("needle_correct")).fill_null(0).sum(),
+        errors=pl.col("errors").fill_null(0).sum(),
+    )
+    totals = cells.group_by("run_id").agg(pl.col(*ANY_SIZE, "errors").sum())
+    return {name: _aligned(totals, nights, name) for name in (*ANY_SIZE, "errors")}
+
+
+def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
+    """The cells of one night where a count is nonzero, briefly."""
+    column = pl.col("needle_graded") - pl.col("needle_correct") if name == "needle_wrong" else None
+    rows = frame.filter(pl.col("run_id") == run_id).with_columns(
+        _n=(column if column is not None else pl.col(name)).fill_null(0)
+    )
+    rows = rows.filter(pl.col("_n") > 0).sort(*CELL)
+    parts = [
+        f"{r['placement']}/{r['cache']} {r['context_tokens']} t{r['turn']}: {r['_n']}"
+        for r in rows.iter_rows(named=True)
+    ]
+    return ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
+
+
+def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[dict[str, Any]]:
+    """Correctness and contamination at any size on the newest night; persistent errors."""
+    out = []
+    for name, counts in night_counts(frame, nights).items():
+        seen = np.nan_to_num(counts) > 0
+        trailing = len(seen) - (np.flatnonzero(~seen)[-1] + 1 if (~seen).any() else 0)
+        needed = 1 if name in ANY_SIZE else min_nights
+        if trailing < needed:
+            continue
+        start = len(seen) - trailing
+        prev = nights.versions[start - 1] if start else nights.versions[start]
+        out.append(
+            {
+                "kind": "regression",
+                "metric": name,
+                "started": nights.labels[start],
+                "started_run": nights.run_ids[start],
+                "nights": trailing,
+                "before": float(counts[start - 1]) if start else None,
+                "after": float(counts[-1]),
+                "detail": _count_detail(frame, nights.run_ids[-1], name),
+                "versions_changed": changed_versions(prev, nights.versions[start]),
+            }
+        )
+    return out
+
+
+# --- check -------------------------------------------------------------------------------
+
+FINDING_SCHEMA: dict[str, pl.DataType] = {
+    "folder": pl.String(),
+    "target_kind": pl.String(),
+    "kind": pl.String(),  # regression | improvement
+    "metric": pl.String(),
+    "placement": pl.String(),
+    "cache": pl.String(),
+    "context_tokens": pl.Int64(),
+    "turn": pl.Int64(),
+    "started": pl.String(),  # night (date) of the first run at the new level
+    "started_run": pl.String(),
+    "nights": pl.Int64(),  # runs at the new level, up to the newest
+    "before": pl.Float64(),
+    "after": pl.Float64(),
+    "change": pl.Float64(),  # after / before - 1 (fitted metrics)
+    "detail": pl.String(),
+    "versions_changed": pl.String(),
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``trend check`` found: one row per regression or improvement."""
+
+    findings: pl.DataFrame
+    series: int  # fitted series checked
+    groups: dict[str, int]  # folder [target kind] -> nights checked
+
+    @property
+    def regressions(self) -> pl.DataFrame:
+        return self.findings.filter(pl.col("kind") == "regression")
+
+    @property
+    def improvements(self) -> pl.DataFrame:
+        return self.findings.filter(pl.col("kind") == "improvement")
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any regression was found, else 0 (the CLI's exit status)."""
+        return 1 if self.regressions.height else 0
+
+    def headline(self) -> str:
+        nights = ", ".join(f"{k}: {n} nights" for k, n in self.groups.items())
+        return (
+            f"{self.regressions.height} regressions, {self.improvements.height} improvements "
+            f"in {self.series} series ({nights})"
+        )
+
+    def lines(self) -> list[str]:
+        """One line per finding, regressions first."""
+        return [_describe(row) for row in self.findings.iter_rows(named=True)]
+
+    def table(self) -> str:
+        """Plain text for the terminal."""
+        return "\n".join([self.headline(), *self.lines()])
+
+    def markdown(self) -> str:
+        """A markdown table of the findings (for the nightly summary)."""
+        if self.findings.is_empty():
+            return f"No regressions or improvements. {self.headline()}.\n"
+        head = "| | series | metric | since | nights | level | change | what changed then |"
+        out = [f"{self.headline()}.", "", head, "|---|---|---|---|---|---|---|---|"]
+        for r in self.findings.iter_rows(named=True):
+            out.append(
+                f"| {r['kind']} | {r['folder']} [{r['target_kind']}] {_cell_text(r)} | "
+                f"{r['metric']} | {r['started']} | {r['nights']} | {_levels(r)} | "
+                f"{_change(r)} | {r['versions_changed'] or '-'} |"
+            )
+        return "\n".join(out) + "\n"
+
+
+def _cell_text(r: Mapping[str, Any]) -> str:
+    if r.get("placement") is None:
+        return r.get("detail") or ""
+    arm = f"{r['placement']}/{r['cache']}" if r.get("cache") else str(r["placement"])
+    return f"{arm} ctx {r['context_tokens']} turn {r['turn']}"
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric == "ttft":
+        return f"{value:.3f} s"
+    if metric == "speedup":
+        return f"{value:.2f}x"
+    return f"{value:g}"
+
+
+def _levels(r: Mapping[str, Any]) -> str:
+    return f"{_fmt(r['metric'], r['before'])} -> {_fmt(r['metric'], r['after'])}"
+
+
+def _change(r: Mapping[str, Any]) -> str:
+    return "any size" if r["change"] is None else f"{r['change']:+.1%}"
+
+
+def _describe(r: Mapping[str, Any]) -> str:
+    changed = r["versions_changed"] or "nothing recorded"
+    return (
+        f"{r['kind'].upper():<11} {r['folder']} [{r['target_kind']}] {r['metric']} "
+        f"{_cell_text(r)}: {_levels(r)} ({_change(r)}) since {r['started']} "
+        f"({r['nights']} nights, run {r['started_run']}); changed then: {changed}"
+    )
+
+
+def _thresholds(threshold: float, per_metric: Mapping[str, float] | None) -> dict[str, float]:
+    """Threshold per fitted metric; a UserError for unknown names or bad values."""
+    known = {m.name for m in METRICS}
+    out = dict.fromkeys(sorted(known), threshold)
+    for name, value in (per_metric or {}).items():
+        if name not in known:
+            raise UserError(
+                f"threshold: unknown metric {name!r} (known: {', '.join(sorted(known))})"
+            )
+        out[name] = value
+    for name, value in out.items():
+        if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+            raise UserError(f"threshold: {name}: expected a number > 0, got {value!r}")
+    return out
+
+
+def check_groups(
+    frame: pl.DataFrame,
+    threshold: float = 0.05,
+    min_nights: int = 2,
+    per_metric_thresholds: Mapping[str, float] | None = None,
+    window: int | None = WINDOW,
+) -> list[tuple[Nights, list[Series], list[dict[str, Any]]]]:
+    """Per folder and target kind: the nights, every fitted series and the count findings."""
+    if min_nights < 1:
+        raise UserError(f"min_nights: expected an integer >= 1, got {min_nights!r}")
+    limits = _thresholds(threshold, per_metric_thresholds)
+    out = []
+    for nights, sub in night_groups(frame, window):
+        series = [
+            s
+            for metric in METRICS
+            for s in metric_series(sub, nights, metric, limits[metric.name], min_nights)
+        ]
+        out.append((nights, series, count_findings(sub, nights, min_nights)))
+    return out
+
+
+def trend_check(
+    store: str | Path,
+    threshold: float = 0.05,
+    min_nights: int = 2,
+    per_metric_thresholds: Mapping[str, float] | None = None,
+    *,
+    window: int | None = WINDOW,
+) -> CheckResult:
+    """Detect level shifts in every series of the store (see the module docstring)."""
+    groups = check_groups(load_store(store), threshold, min_nights, per_metric_thresholds, window)
+    rows = []
+    for nights, series, counts in groups:
+        where = {"folder": nights.folder, "target_kind": nights.target_kind}
+        rows += [{**where, **f} for f in counts]
+        rows += [{**where, **s.finding} for s in series if s.finding is not None]
+    findings = records.frame_of(rows, FINDING_SCHEMA).sort(
+        pl.col("kind") != "regression",
+        "folder",
+        "target_kind",
+        "metric",
+        *CELL,
+        nulls_last=False,
+    )
+    return CheckResult(
+        findings,
+        series=sum(len(series) for _n, series, _c in groups),
+        groups={nights.key: len(nights.run_ids) for nights, _s, _c in groups},
+    )
+
+
+def trend_plot(
+    store: str | Path, out_dir: str | Path, *, window: int | None = WINDOW, **check: Any
+) -> list[Path]:
+    """One PNG per headline series with its fitted levels and shifts; return the paths.
+
+    Headline series, per folder, target kind, placement and context size: median TTFT of
+    both cache arms per turn (``ttft-...png``) and the speedup per turn (``speedup-...png``).
+    ``check`` takes :func:`trend_check`'s threshold arguments (they color the shifts).
+    """
+    from .trendplot import draw_group
+
+    paths: list[Path] = []
+    for nights, series, _counts in check_groups(load_store(store), window=window, **check):
+        paths += draw_group(nights, series, Path(out_dir))
+    return paths

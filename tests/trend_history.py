@@ -1,0 +1,185 @@
+"""Synthetic nightly histories written straight into a trend store (no replay needed).
+
+Each night is a frame shaped like :func:`sessiongen.analysis.run_summary` with known
+levels: median TTFT per (placement, cache, context, turn) times lognormal night noise,
+its 95% interval consistent with that noise, and the speedup OFF/ON likewise. A
+:class:`Night` plants effects: a slowdown of some cells, a speedup change, counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from sessiongen import trend
+
+Z95 = 1.959963984540054
+START = datetime(2026, 11, 1, 2, 0, 0, tzinfo=UTC)
+#: Cell -> multiplier; a cell is (placement, cache, turn) and "*" matches any value.
+Factors = Mapping[tuple[str, str, int | str], float]
+
+
+@dataclass(frozen=True)
+class Night:
+    """One night's planted truth."""
+
+    ttft: Factors = field(default_factory=dict)  # TTFT multipliers (cache "on" only affects ON)
+    speedup: Factors = field(default_factory=dict)  # speedup multipliers (cache is "on")
+    noise: float = 0.05
+    contamination: int = 0
+    divergences: int = 0
+    errors: int = 0
+    needle_wrong: int = 0
+    missing: Sequence[tuple[str, str, int]] = ()  # cells absent this night
+    versions: Mapping[str, str] = field(default_factory=dict)  # on top of the defaults
+
+
+def _factor(factors: Factors, placement: str, cache: str, turn: int) -> float:
+    out = 1.0
+    for (p, c, t), value in factors.items():
+        if p in ("*", placement) and c in ("*", cache) and t in ("*", turn):
+            out *= value
+    return out
+
+
+def base_ttft(placement: str, cache: str, ctx: int, turn: int) -> float:
+    """The planted noiseless TTFT: cold turns ~ context, ON cross-replica turns 4x faster."""
+    cold = 0.136 * ctx / 1000
+    if turn == 1 or cache == "off":
+        return cold if placement == "alternate" or turn == 1 else 0.3
+    return cold / 4 if placement == "alternate" else 0.3
+
+
+def summary_frame(
+    night: Night,
+    rng: np.random.Generator,
+    placements: Sequence[str] = ("alternate", "fixed"),
+    contexts: Sequence[int] = (32768,),
+    turns: int = 3,
+) -> pl.DataFrame:
+    """One night's run_summary-shaped frame."""
+    rows = []
+    for placement in placements:
+        for ctx in contexts:
+            for turn in range(1, turns + 1):
+                truth = {c: base_ttft(placement, c, ctx, turn) for c in ("off", "on")}
+                for cache in ("off", "on"):
+                    if (placement, cache, turn) in night.missing:
+                        continue
+                    noisy = math.exp(rng.normal(0.0, night.noise))
+                    ttft = truth[cache] * _factor(night.ttft, placement, cache, turn) * noisy
+                    half = math.exp(Z95 * night.noise)
+                    row = {
+                        "placement": placement,
+                        "cache": cache,
+                        "context_tokens": ctx,
+                        "turn": turn,
+                        "n": 16,
+                        "errors": night.errors if (cache, turn) == ("on", 2) else 0,
+                        "median_ttft_s": ttft,
+                        "ci_low_s": ttft / half,
+                        "ci_high_s": ttft * half,
+                        "p90_ttft_s": ttft * 1.2,
+                        "speedup": None,
+                        "speedup_ci_low": None,
+                        "speedup_ci_high": None,
+                        "contamination": night.contamination if cache == "off" and turn == 1 else 0,
+                        "divergences": night.divergences if turn == 2 else 0,
+                        "needle_graded": 16,
+                        "needle_correct": 16 - (night.needle_wrong if turn == turns else 0),
+                    }
+                    if cache == "on":
+                        s = (
+                            truth["off"]
+                            / truth["on"]
+                            * _factor(night.speedup, placement, "on", turn)
+                        )
+                        s *= math.exp(rng.normal(0.0, night.noise))
+                        row.update(speedup=s, speedup_ci_low=s / half, speedup_ci_high=s * half)
+                    rows.append(row)
+    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+
+
+SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "placement": pl.String(),
+    "cache": pl.String(),
+    "context_tokens": pl.Int64(),
+    "turn": pl.Int32(),
+    "n": pl.UInt32(),
+    "errors": pl.UInt32(),
+    "median_ttft_s": pl.Float64(),
+    "ci_low_s": pl.Float64(),
+    "ci_high_s": pl.Float64(),
+    "p90_ttft_s": pl.Float64(),
+    "speedup": pl.Float64(),
+    "speedup_ci_low": pl.Float64(),
+    "speedup_ci_high": pl.Float64(),
+    "contamination": pl.UInt32(),
+    "divergences": pl.UInt32(),
+    "needle_graded": pl.UInt32(),
+    "needle_correct": pl.UInt32(),
+}
+
+
+def identity(
+    i: int, name: str = "nightly", versions: Mapping[str, str] | None = None
+) -> trend.RunIdentity:
+    """The identity of night ``i`` (one day apart, 02:00 UTC)."""
+    when = START + timedelta(days=i)
+    base = {"sessiongen": "0.1.0", "git_sha": "abc123", "target": "sim", "sim.slowdown": "1.0"}
+    return trend.RunIdentity(
+        run_id=f"{when:%Y%m%dT%H%M%SZ}-{name}-{i:04x}",
+        scenario_name=name,
+        scenario_digest=f"{name}-digest",
+        started_at=when.isoformat(timespec="seconds"),
+        target_kind="sim",
+        simulated=True,
+        versions={**base, **(versions or {})},
+    )
+
+
+def night_label(i: int) -> str:
+    return f"{START + timedelta(days=i):%Y-%m-%d}"
+
+
+def write_history(
+    store: Path, nights: Sequence[Night], seed: int = 0, name: str = "nightly", first: int = 0
+) -> list[Path]:
+    """Write nights ``first..`` of a history into ``store``; return the files written."""
+    rng = np.random.default_rng([seed, first])
+    paths = []
+    for i, night in enumerate(nights, start=first):
+        path = trend.add_summary(
+            store, summary_frame(night, rng), identity(i, name, night.versions)
+        )
+        assert path is not None
+        paths.append(path)
+    return paths
+
+
+def history_frame(
+    nights: Sequence[Night], seed: int, placements: Sequence[str] = ("alternate",), turns: int = 2
+) -> pl.DataFrame:
+    """A history as one in-memory store frame, without files (for fast many-seed checks)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i, night in enumerate(nights):
+        ident = identity(i, versions=night.versions)
+        frames.append(
+            summary_frame(night, rng, placements, turns=turns).with_columns(
+                run_id=pl.lit(ident.run_id),
+                started_at=pl.lit(ident.started_at),
+                night=pl.lit(ident.started_at[:10]),
+                target_kind=pl.lit("sim"),
+                versions=pl.lit(json.dumps(ident.versions, sort_keys=True)),
+                folder=pl.lit(ident.folder),
+            )
+        )
+    return pl.concat(frames)
