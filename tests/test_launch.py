@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,6 +244,31 @@ def test_sigterm_ignoring_servers_are_killed(tmp_path: Path, fake_python: str) -
     assert pair.stop() == {"replica-0": "killed"}
     assert_all_gone(pair.records)
     assert pair.stop() == {"replica-0": "gone"}
+
+
+def test_stop_from_another_thread_cancels_start(tmp_path: Path, fake_python: str) -> None:
+    """As when asyncio cancels a task that runs start() in a thread."""
+    spec = make_spec(tmp_path, env={"FAKE_MODE": "slow"})
+    pair = make_pair(spec, tmp_path, fake_python)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pair.start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while len(pair.records) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pair.stop()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and "start-up cancelled" in str(errors[0])
+    assert len(pair.records) == 3
+    assert_all_gone(pair.records)
 
 
 CTRL_C_SCRIPT = """

@@ -1,0 +1,12 @@
+"""Real replicas that sessiongen starts and stops itself: vLLM plus one LMCache server.
+
+- :mod:`.tinymodel`: the ``builtin:tiny`` model (config + cl100k tokenizer, no weights);
+- :mod:`.commands`: the exact command lines and environments, and the stack's versions;
+- :mod:`.net`: free ports and health checks;
+- :mod:`.procs`: process groups, stopping without orphans, the records of what ran;
+- :mod:`.pair`: :class:`~.pair.ManagedPair`, one pair from start to stop;
+- :mod:`.state`: ``pair up / down / status`` through a state file.
+
+Nothing here imports vLLM or LMCache: they run as separate processes, so the package
+imports (and type-checks) without the heavy stack installed.
+"""

@@ -75,6 +75,9 @@ class ManagedPair:
         self._sigterm = _SigtermAsExit()
         self._model_arg = ""
         self._started = False
+        # Guards spawning against a concurrent stop(): once stopping, nothing new starts.
+        self._lock = threading.Lock()
+        self._stopping = False
         self._detached = False
 
     # ----------------------------------------------------------------- life cycle
@@ -103,6 +106,7 @@ class ManagedPair:
                 self._spawn_lmcache(lmcache_port, ports["lmcache-http"])
                 self._wait_healthy(deadline)
             for i in range(self.spec.replicas):
+                port = ports[f"replica-{i}"]
                 argv = commands.vllm_argv(
                     self._python,
                     self.spec,
@@ -110,10 +114,10 @@ class ManagedPair:
                     dummy_weights=dummy,
                     served_name=self.model_name,
                     host=net.HOST,
-                    port=ports[f"replica-{i}"],
+                    port=port,
                     lmcache_port=lmcache_port,
                 )
-                self._spawn("replica", i, argv, ports[f"replica-{i}"], "/health")
+                self._spawn("replica", i, argv, port, f"http://{net.HOST}:{port}", "/health")
             self._wait_healthy(deadline)
         except BaseException:
             self.stop()
@@ -122,12 +126,18 @@ class ManagedPair:
     def stop(self) -> dict[str, str]:
         """Stop every process group (replicas and LMCache together); idempotent.
 
-        Returns the outcome per process name (see :func:`procs.stop_groups`).
+        May be called from another thread while :meth:`start` runs (say, when an
+        asyncio task running ``start`` in a thread is cancelled): ``start`` then spawns
+        nothing more and raises. Returns the outcome per process name (see
+        :func:`procs.stop_groups`).
         """
         _LIVE_PAIRS.discard(self)
-        if not self._records:
+        with self._lock:
+            self._stopping = True
+            records = list(self._records)
+        if not records:
             return {}
-        outcome = procs.stop_groups(self._records, self.stop_grace_s, self._children)
+        outcome = procs.stop_groups(records, self.stop_grace_s, self._children)
         # A state file is kept while something survived, so `pair down` can retry.
         if self.state_file is not None and "left" not in outcome.values():
             self.state_file.unlink(missing_ok=True)
@@ -254,38 +264,53 @@ class ManagedPair:
 
     def _spawn_lmcache(self, port: int, http_port: int) -> None:
         argv = commands.lmcache_argv(self._python, self.spec, net.HOST, port, http_port)
-        self._spawn("lmcache", 0, argv, port, "/healthcheck", url_port=http_port)
+        url = f"http://{net.HOST}:{http_port}"
+        self._spawn("lmcache", 0, argv, port, url, "/healthcheck", {"http_port": http_port})
 
     def _spawn(
-        self, role: str, index: int, argv: list[str], port: int, health: str, url_port: int = 0
+        self,
+        role: str,
+        index: int,
+        argv: list[str],
+        port: int,
+        url: str,
+        health_path: str,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        """Start one server and record it (state file included) before anything else."""
         env = commands.env_overrides(self.spec, index if role == "replica" else None)
         name = role if role == "lmcache" else f"{role}-{index}"
         log = self.log_dir / f"{name}.log"
-        child = procs.spawn(argv, env, log)
-        url = f"http://{net.HOST}:{url_port or port}"
-        rec = ProcessRecord(
-            role=role,
-            index=index,
-            argv=tuple(argv),
-            env=env,
-            pid=child.pid,
-            pgid=child.pid,
-            starttime=procs.proc_starttime(child.pid),
-            port=port,
-            url=url,
-            health_url=url + health,
-            log=str(log),
-            extra={"http_port": url_port} if url_port else {},
-        )
-        self._children[child.pid] = child
-        self._records.append(rec)
+        with self._lock:
+            self._check_not_stopping()
+            child = procs.spawn(argv, env, log)
+            self._children[child.pid] = child
+            rec = ProcessRecord(
+                role=role,
+                index=index,
+                argv=tuple(argv),
+                env=env,
+                pid=child.pid,
+                pgid=child.pid,
+                starttime=procs.proc_starttime(child.pid),
+                port=port,
+                url=url,
+                health_url=url + health_path,
+                log=str(log),
+                extra=extra or {},
+            )
+            self._records.append(rec)
         self._save_state()
+
+    def _check_not_stopping(self) -> None:
+        if self._stopping:
+            raise EndpointError("start-up cancelled: the pair is being stopped")
 
     def _wait_healthy(self, deadline: float) -> None:
         """Poll the health URL of every process not yet known healthy."""
         pending = [rec for rec in self._records if rec.name not in self._healthy]
         while pending:
+            self._check_not_stopping()
             for rec in list(pending):
                 code = self._children[rec.pid].poll()
                 if code is not None:
