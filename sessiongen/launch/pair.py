@@ -78,7 +78,6 @@ class ManagedPair:
         # Guards spawning against a concurrent stop(): once stopping, nothing new starts.
         self._lock = threading.Lock()
         self._stopping = False
-        self._detached = False
 
     # ----------------------------------------------------------------- life cycle
 
@@ -152,7 +151,6 @@ class ManagedPair:
         if self.state_file is None:
             raise RuntimeError("detach() needs a state_file to hand the processes to")
         _LIVE_PAIRS.discard(self)
-        self._detached = True
         return self.state()
 
     def __enter__(self) -> ManagedPair:
