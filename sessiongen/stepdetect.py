@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -94,6 +94,7 @@ class StepFit:
     segments: tuple[Segment, ...]
     penalty: float
     noise_scale: float
+    values: Array = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
 
     @property
     def steps(self) -> list[int]:
@@ -116,7 +117,7 @@ class Shift:
     at: int  # input position of the first point at the new level
     before: float
     after: float
-    nights: int  # finite points at the new level, up to the newest
+    nights: int  # points of the newest segment on the new level's side, from ``at`` on
 
 
 def sigma_from_ci(
@@ -285,7 +286,7 @@ def fit_steps(
     raw = np.asarray(values, dtype=np.float64).ravel()
     keep = np.flatnonzero(np.isfinite(raw)).astype(np.int64)
     if keep.size == 0:
-        return StepFit((), 0.0, 1.0)
+        return StepFit((), 0.0, 1.0, raw)
     y = raw[keep]
     given = None if sigma is None else np.asarray(sigma, dtype=np.float64).ravel()[keep]
     sig = _prepare_sigma(given, y.size)
@@ -293,7 +294,8 @@ def fit_steps(
     floor = 1.0 if known else 1e-9 * max(1.0, float(np.median(np.abs(y))))
     beta = penalty if penalty is not None else penalty_factor * math.log(max(y.size, 2))
     bounds, scale = _fit_bounds(y, sig, beta, min_size, huber_c, floor)
-    return StepFit(_segments(raw.size, keep, y, sig * scale, bounds, huber_c), beta, scale)
+    segments = _segments(raw.size, keep, y, sig * scale, bounds, huber_c)
+    return StepFit(segments, beta, scale, raw)
 
 
 def _fit_bounds(
@@ -326,8 +328,21 @@ def _segments(
 
 
 def latest_shift(fit: StepFit) -> Shift | None:
-    """The newest change of level of a fit, or None when the fit has a single level."""
+    """The newest change of level of a fit, or None when the fit has a single level.
+
+    Only points past the midpoint between the two levels count as being at the new level:
+    with a minimum segment length, a change on the newest night alone is fitted by
+    lending it the night before (Huber's loss makes that one night cheap to misfit), and
+    that borrowed night must neither count towards persistence nor date the change.
+    """
     if len(fit.segments) < 2:
         return None
     prev, last = fit.segments[-2], fit.segments[-1]
-    return Shift(at=last.start, before=prev.level, after=last.level, nights=last.n)
+    values = fit.values[last.start : last.end]
+    direction = 1.0 if last.level >= prev.level else -1.0
+    beyond = direction * (values - (prev.level + last.level) / 2) > 0  # NaN compares False
+    if not beyond.any():
+        return None
+    first = int(np.argmax(beyond))
+    nights = int(beyond[first:].sum())
+    return Shift(at=last.start + first, before=prev.level, after=last.level, nights=nights)

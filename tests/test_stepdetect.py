@@ -58,6 +58,18 @@ def test_levels_and_latest_shift_match_the_plant() -> None:
     assert fitted.shape == (20,) and np.all(fitted[:14] == shift.before)
 
 
+def test_a_step_on_the_newest_night_alone_is_dated_right_and_not_yet_persistent() -> None:
+    # With segments of >= 2 nights the fit lends the new level the night before; that
+    # night is neither counted nor taken as the start.
+    for seed in range(30):
+        fit = sd.fit_steps(_series(seed, 12, {11: 1.5}), _sigma(12))
+        shift = sd.latest_shift(fit)
+        assert shift is None or (shift.at == 11 and shift.nights == 1), (seed, shift)
+        fit = sd.fit_steps(_series(seed, 13, {11: 1.5}), _sigma(13))
+        shift = sd.latest_shift(fit)
+        assert shift is not None and (shift.at, shift.nights) == (11, 2), (seed, shift)
+
+
 def test_no_change_on_flat_series_with_5_percent_noise() -> None:
     # 200 deterministic seeds. The default penalty (3 log n) was chosen so that no flat
     # series of 6 to 30 nights got a change in 4,500 seeded trials; at that rate, more
