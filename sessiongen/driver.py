@@ -1,8 +1,10 @@
 """The async streaming driver: one request, timed from the client's side.
 
-Every timestamp comes from ``time.perf_counter_ns()``, taken right after the socket
-read that delivered the bytes. Definitions (all wall seconds, from ``send``, the
-moment just before the request is written; the body is serialized before that):
+Every timestamp comes from ``time.perf_counter_ns()`` taken first thing in the
+protocol's ``data_received``, i.e. right after the ``recv`` that delivered the bytes,
+before any parsing. Definitions (all wall seconds, from ``send_ns``: the moment the
+connection is in hand and the request is about to be written; the body is serialized
+before that and connection setup is timed apart in ``connect_s``):
 
 - ``ttfb_s``: until the response status line and headers have arrived;
 - ``ttft_s``: until the first SSE event whose delta has non-empty ``content`` (chat) or
@@ -15,20 +17,28 @@ moment just before the request is written; the body is serialized before that):
 Faults become a status, never an exception: ``connect_error``, ``http_error``,
 ``stream_error`` (reset, malformed or truncated SSE), ``timeout`` (no bytes for
 ``request_timeout_s``), ``no_content``.
+
+Why not aiohttp's request machinery: it timestamps only when the reading coroutine is
+resumed (a loop iteration after the socket read, later still when other streams are
+busy), it joins headers and body into one copy of the body per request, and it costs
+a few hundred microseconds of Python per request. :mod:`sessiongen.http1` holds the
+lean HTTP/1.1 exchange used instead; the ``aiohttp.ClientSession`` that ``send`` takes
+owns its connection pool (see :func:`new_client_session`) and still serves the small
+non-timed requests (``/metrics``, health checks).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
+
+from . import http1
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -53,7 +63,12 @@ class Result:
     cached_tokens: int | None = None
     first_logprob: float | None = None
     logprob_tokens: list[str] = field(default_factory=list)
-    server_ns: int | None = None  # reference server's own time to first chunk (calibration)
+    # Reference server stamps (calibration only), on the same monotonic clock as send_ns:
+    server_ns: int | None = None  # its own time from body received to first chunk written
+    server_rx_ns: int | None = None  # when the last request byte reached its socket
+    server_tx_ns: int | None = None  # when it wrote the first content chunk
+    connect_s: float | None = None  # connection setup before send_ns (None: reused)
+    reads: int = 0  # socket reads that delivered response bytes
 
     @property
     def text(self) -> str:
@@ -103,7 +118,7 @@ class _StreamFault(Exception):
 
 
 def _handle_event(data: bytes, now: int, res: Result) -> bool:
-    """Apply one SSE ``data:`` payload; True when it was ``[DONE]``."""
+    """Apply one SSE ``data`` payload; True when it was ``[DONE]``."""
     if data == b"[DONE]":
         return True
     try:
@@ -116,6 +131,8 @@ def _handle_event(data: bytes, now: int, res: Result) -> bool:
         raise _StreamFault(f"server error in stream: {str(obj['error'])[:160]}")
     if "server_ns" in obj:
         res.server_ns = obj["server_ns"]
+        res.server_rx_ns = obj.get("server_rx_ns")
+        res.server_tx_ns = obj.get("server_tx_ns")
     usage = obj.get("usage")
     if usage:
         res.prompt_tokens = usage.get("prompt_tokens")
@@ -135,13 +152,13 @@ def _handle_event(data: bytes, now: int, res: Result) -> bool:
                 res.ttft_s = (now - res.send_ns) / 1e9
             res.chunk_ns.append(now)
             res.pieces.append(content)
-        _take_logprobs(choice.get("logprobs"), res)
+        logprobs = choice.get("logprobs")
+        if logprobs:
+            _take_logprobs(logprobs, res)
     return False
 
 
 def _take_logprobs(logprobs: Any, res: Result) -> None:
-    if not logprobs:
-        return
     if isinstance(logprobs.get("content"), list):  # chat
         for item in logprobs["content"]:
             if res.first_logprob is None:
@@ -154,27 +171,90 @@ def _take_logprobs(logprobs: Any, res: Result) -> None:
             res.logprob_tokens.append(str(tok))
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, res: Result) -> None:
-    """Parse SSE incrementally from raw bytes; timestamps at each read."""
-    buf = b""
-    done = False
-    async for chunk in resp.content.iter_any():
-        now = time.perf_counter_ns()
-        buf += chunk
+class _SSE:
+    """Incremental SSE parser on bytes: events are split at blank lines, in place.
+
+    The common event is one ``data: {...}`` line; it is recognised with two C-level
+    searches and handed to orjson without building a list of lines. Buffered bytes
+    are only the tail of an incomplete event, so the work per read is linear in
+    what arrived (no re-scanning, no quadratic re-slicing of a growing buffer).
+    """
+
+    __slots__ = ("_cr", "_tail", "done", "res")
+
+    def __init__(self, res: Result) -> None:
+        self.res = res
+        self.done = False
+        self._tail = b""
+        self._cr = False  # a chunk ended in "\r": it may pair with a leading "\n"
+
+    def feed(self, data: bytes, now: int) -> None:
+        """Parse what arrived; raises :class:`_StreamFault` on a malformed event."""
+        if self.done:
+            return
+        if b"\r" in data or self._cr:  # CRLF or CR line ends: normalise (rare path)
+            if self._cr and data.startswith(b"\n"):
+                data = data[1:]
+            self._cr = data.endswith(b"\r")
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = self._tail + data if self._tail else data
+        pos = 0
         while True:
-            end = buf.find(b"\n\n")
+            end = buf.find(b"\n\n", pos)
             if end < 0:
                 break
-            event, buf = buf[:end], buf[end + 2 :]
-            for line in event.split(b"\n"):
-                line = line.rstrip(b"\r")
-                if line.startswith(b"data:"):
-                    done = _handle_event(line[5:].strip(), now, res) or done
-        if done:
-            break
-    res.e2e_s = (time.perf_counter_ns() - res.send_ns) / 1e9
-    if not done:
-        raise _StreamFault("truncated stream: ended without data: [DONE]")
+            if buf.startswith(b"data: ", pos) and buf.find(b"\n", pos, end) < 0:
+                payload: bytes | None = buf[pos + 6 : end]
+            else:
+                payload = _event_data(buf[pos:end])
+            pos = end + 2
+            if payload is not None and _handle_event(payload, now, self.res):
+                self.done = True
+                self._tail = b""
+                return
+        self._tail = buf[pos:] if pos else buf
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The data of a general SSE event (several data lines, comments, other fields)."""
+    lines = [
+        line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")
+    ]
+    return b"\n".join(lines) if lines else None
+
+
+class _Sink(http1.Sink):
+    """Routes the response body of one request into its :class:`Result`."""
+
+    def __init__(self, res: Result, stream: bool) -> None:
+        self.res = res
+        self.stream = stream
+        self.sse = _SSE(res)
+        self.body: list[bytes] = []
+        self.size = 0
+
+    def start(self, send_ns: int) -> None:
+        self.res.send_ns = send_ns
+
+    def head(self, status: int, now: int) -> None:
+        self.res.http_status = status
+        self.res.ttfb_s = (now - self.res.send_ns) / 1e9
+        if status >= 400:
+            self.stream = False
+
+    def data(self, chunk: bytes, now: int) -> bool:
+        if self.stream:
+            try:
+                self.sse.feed(chunk, now)
+            except _StreamFault as exc:
+                raise http1.ProtocolFault(str(exc)) from None
+            if self.sse.done:
+                self.res.e2e_s = (now - self.res.send_ns) / 1e9
+            return self.sse.done
+        if self.size < http1.MAX_ERROR_BODY or self.res.http_status == 200:
+            self.body.append(chunk)
+            self.size += len(chunk)
+        return False
 
 
 async def send(
@@ -189,53 +269,54 @@ async def send(
 ) -> Result:
     """POST a pre-serialized body and measure it; faults are recorded in the result.
 
-    ``pre_send_delay_s`` blocks inside the timed span before sending: a planted client
+    Connections come from the pool owned by ``session`` when it was made by
+    :func:`new_client_session`; any other session gets a fresh connection per request.
+    ``pre_send_delay_s`` waits inside the timed span before sending: a planted client
     delay for tests of the calibration, never used in measurements.
     """
     res = Result()
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_s, sock_connect=timeout_s)
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if extra_headers:
-        headers.update(extra_headers)
-    res.send_ns = time.perf_counter_ns()
-    if pre_send_delay_s:
-        await asyncio.sleep(pre_send_delay_s)
+    sink = _Sink(res, stream)
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
-            res.ttfb_s = (time.perf_counter_ns() - res.send_ns) / 1e9
-            res.http_status = resp.status
-            if resp.status >= 400:
-                text = await resp.text(errors="replace")
-                res.status, res.error = "http_error", _error_message(resp.status, text)
-                res.e2e_s = (time.perf_counter_ns() - res.send_ns) / 1e9
-                return res
-            if stream:
-                await _read_stream(resp, res)
-            else:
-                await _read_whole(resp, res)
-    except _StreamFault as exc:
-        res.status, res.error = "stream_error", str(exc)
-    except TimeoutError:
-        res.status, res.error = "timeout", f"no bytes for {timeout_s:g} s"
-    except aiohttp.ClientConnectorError as exc:
+        outcome = await http1.exchange(
+            _pool_of(session),
+            url,
+            body,
+            sink,
+            timeout_s=timeout_s,
+            connect_timeout_s=_connect_timeout(session, timeout_s),
+            headers=extra_headers,
+            pre_send_delay_s=pre_send_delay_s,
+        )
+    except http1.ConnectFault as exc:
         res.status, res.error = "connect_error", str(exc)[:200]
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-        res.status, res.error = "stream_error", f"connection lost mid-stream: {exc!s}"[:200]
-    except aiohttp.ClientError as exc:
-        res.status, res.error = "stream_error", f"{type(exc).__name__}: {exc!s}"[:200]
+        return res
+    res.connect_s = outcome.connect_s
+    res.reads = outcome.reads
+    if outcome.fault is not None:
+        kind, message = outcome.fault
+        res.status, res.error = kind, message[:200]
+    elif res.http_status is not None and res.http_status >= 400:
+        text = b"".join(sink.body).decode(errors="replace")
+        res.status, res.error = "http_error", _error_message(res.http_status, text)
+    elif not stream:
+        _take_whole(b"".join(sink.body), outcome.end_ns, res)
+    elif not sink.sse.done:
+        res.status, res.error = "stream_error", "truncated stream: ended without data: [DONE]"
+    if res.e2e_s is None:
+        res.e2e_s = (outcome.end_ns - res.send_ns) / 1e9
     if res.status == "ok" and res.ttft_s is None:
         res.status, res.error = "no_content", "stream ended without any content delta"
     return res
 
 
-async def _read_whole(resp: aiohttp.ClientResponse, res: Result) -> None:
-    raw = await resp.read()
-    now = time.perf_counter_ns()
+def _take_whole(raw: bytes, now: int, res: Result) -> None:
+    """A non-streaming response: the whole text arrives at once."""
     res.e2e_s = (now - res.send_ns) / 1e9
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise _StreamFault("malformed JSON response") from None
+        res.status, res.error = "stream_error", "malformed JSON response"
+        return
     choice = (obj.get("choices") or [{}])[0]
     text = (choice.get("message") or {}).get("content") or choice.get("text") or ""
     if text:
@@ -257,11 +338,52 @@ def _error_message(status: int, text: str) -> str:
     return f"HTTP {status}: {str(message).strip()[:200]}"
 
 
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector plus the driver's pool of raw keep-alive connections.
+
+    Closing the session closes the connector, and with it the pool's connections.
+    """
+
+    def __init__(self, pool: http1.Pool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.driver_pool = pool
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        self.driver_pool.close()
+        return super().close(*args, **kwargs)
+
+
 def new_client_session(concurrency: int, connect_timeout_s: float) -> aiohttp.ClientSession:
-    """One client session for a run: connection reuse, no connection limit below need."""
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=300)
+    """One client session for a run: reused connections, no connection limit below need.
+
+    ``concurrency`` bounds the idle connections kept per host.
+    """
+    pool = http1.Pool(max_idle_per_host=max(1, concurrency) + 8)
+    connector = _Connector(pool, limit=0, limit_per_host=0, keepalive_timeout=300)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+
+def _pool_of(session: aiohttp.ClientSession) -> http1.Pool | None:
+    connector = session.connector
+    return connector.driver_pool if isinstance(connector, _Connector) else None
+
+
+def _connect_timeout(session: aiohttp.ClientSession, default: float) -> float:
+    timeout = session.timeout
+    return timeout.sock_connect or timeout.connect or default
+
+
+async def prewarm(session: aiohttp.ClientSession, url: str, connections: int) -> int:
+    """Open ``connections`` keep-alive connections to ``url``'s host ahead of time.
+
+    So that no measured request pays for connection setup. Returns how many are idle
+    in the pool afterwards (0 for a session not made by :func:`new_client_session`).
+    """
+    pool = _pool_of(session)
+    if pool is None:
+        return 0
+    return await pool.prewarm(url, connections, _connect_timeout(session, 10.0))
 
 
 def serialize(body: dict[str, Any]) -> bytes:
