@@ -336,9 +336,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def request_body(body_bytes: int) -> bytes:
-    """A chat request body of about ``body_bytes`` bytes (prose-like filler)."""
-    words = ("lorem ", "ipsum ", "dolor ", "sit ", "amet, ", "consectetur ")
-    filler = "".join(words[i % len(words)] for i in range(max(1, body_bytes // 6)))
+    """A chat request body of ``body_bytes`` bytes (at least its JSON frame), prose-like."""
+    frame = driver.serialize(
+        {"model": "ref", "messages": [{"role": "user", "content": ""}], "stream": True}
+    )
+    phrase = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. "
+    need = max(0, body_bytes - len(frame))
+    filler = (phrase * (need // len(phrase) + 1))[:need]
     return driver.serialize(
         {"model": "ref", "messages": [{"role": "user", "content": filler}], "stream": True}
     )
@@ -521,6 +525,8 @@ async def calibrate_at(
     burst_rounds: int = 3,
     delay_s: float = 0.05,
     injected_delay_s: float = 0.0,
+    rate_streams: int = 32,
+    rate_chunks: int = 1500,
 ) -> dict[str, Any]:
     """:func:`calibrate` against a reference server already running at ``url``."""
     steady = await measure_steady(
@@ -539,7 +545,7 @@ async def calibrate_at(
         delay_s=delay_s,
         injected_delay_s=injected_delay_s,
     )
-    rate = await measure_stream_rate(url)
+    rate = await measure_stream_rate(url, streams=rate_streams, chunks=rate_chunks)
     out: dict[str, Any] = {
         "method": "reference server in its own process; added TTFT = client TTFT minus the "
         "server's own time from body received (kernel timestamp) to first chunk written",
@@ -564,6 +570,12 @@ def calibrate(concurrency: int, body_bytes: int, **kwargs: Any) -> dict[str, Any
     sustainable stream rate on one core) and the load it was measured at. Runs its
     own event loop: call it outside one (or await :func:`calibrate_at`).
     """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("calibrate() runs its own event loop: await calibrate_at() instead")
     with ReferenceServer() as server:
         return asyncio.run(calibrate_at(server.url, concurrency, body_bytes, **kwargs))
 

@@ -97,7 +97,7 @@ class Target:
         if headers:
             fields.update(headers)
         text = "".join(f"{k}: {v}\r\n" for k, v in fields.items())
-        if "\n" in text.replace("\r\n", "") or "\r" in text.replace("\r\n", ""):
+        if text.count("\r") != len(fields) or text.count("\n") != len(fields):
             raise ValueError("header names and values must not contain line breaks")
         return b"%s%sContent-Length: %d\r\n\r\n" % (self.prefix, text.encode("latin-1"), length)
 

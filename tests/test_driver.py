@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import itertools
+import random
+import time
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
-from sessiongen import driver
+from sessiongen import driver, http1
 from tests.fakeserver import make_app
 
 BODY = driver.serialize({"model": "sim-27b", "messages": [{"role": "user", "content": "hi"}]})
@@ -82,3 +88,137 @@ async def test_completions_text_is_content(aiohttp_server: Any) -> None:
     async with aiohttp.ClientSession() as http:
         res = await driver.send(http, str(server.make_url("/v1/completions")), body)
     assert res.status == "ok" and res.text.startswith(" tok0")
+
+
+# The HTTP/1.1 exchange underneath: framing, splits, connection reuse.
+
+
+def _sse_events(crlf: bool) -> bytes:
+    nl = b"\r\n" if crlf else b"\n"
+    events = [
+        b'{"choices":[{"index":0,"delta":{"role":"assistant"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"h\\u00e9llo"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":" w\\u00f6rld"}}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}',
+        b"[DONE]",
+    ]
+    out = b": a comment" + nl + nl
+    for event in events:
+        out += b"data: " + event + nl + nl
+    return out
+
+
+def _framed(body: bytes, framing: str) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    if framing == "chunked":
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + 37]), body[i : i + 37])
+            for i in range(0, len(body), 37)
+        )
+        return head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\nX-Trailer: 1\r\n\r\n"
+    if framing == "length":
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return head.replace(b"1.1", b"1.0") + b"\r\n" + body  # until the connection closes
+
+
+async def _parse(raw: bytes, cuts: list[int], until_eof: bool) -> driver.Result:
+    """Feed a raw response to a connection in the pieces ``cuts`` makes."""
+    conn = http1.Conn(http1.Pool(), ("http", "test", 80))
+    res = driver.Result()
+    sink = driver._Sink(res, stream=True)
+    sink.start(time.perf_counter_ns())
+    done = conn.begin(sink, 5.0, res.send_ns)
+    edges = [0, *sorted(cuts), len(raw)]
+    for a, b in itertools.pairwise(edges):
+        if b > a:
+            conn.data_received(raw[a:b])
+    if until_eof:
+        conn.eof_received()
+    end = await asyncio.wait_for(done, 2.0)
+    assert end.fault is None, end.fault
+    return res
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "eof"])
+@pytest.mark.parametrize("crlf", [False, True])
+async def test_responses_parse_the_same_however_they_are_split(framing: str, crlf: bool) -> None:
+    raw = _framed(_sse_events(crlf), framing)
+    rng = random.Random(len(raw))
+    splits = [[], list(range(1, len(raw))), *(rng.sample(range(1, len(raw)), 9) for _ in range(20))]
+    for cuts in splits:
+        res = await _parse(raw, cuts, until_eof=framing == "eof")
+        assert res.http_status == 200
+        assert res.text == "héllo wörld", cuts
+        assert len(res.chunk_ns) == 2 and res.completion_tokens == 2
+
+
+async def test_connections_are_prewarmed_and_reused(aiohttp_server: Any) -> None:
+    server = await aiohttp_server(make_app("ok"))
+    url = str(server.make_url("/v1/chat/completions"))
+    async with driver.new_client_session(2, 5.0) as http:
+        assert await driver.prewarm(http, url, 2) == 2
+        first = await driver.send(http, url, BODY)
+        second = await driver.send(http, url, BODY)
+    assert first.ok and second.ok
+    assert first.connect_s is None and second.connect_s is None  # no setup in either
+
+
+async def test_a_pooled_connection_the_server_dropped_is_retried_once() -> None:
+    """The server answers one request per connection, then drops it unanswered."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\ndata: [DONE]\n\n'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(event), event)
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        for turn in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            if turn == 1:
+                break
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    async with driver.new_client_session(1, 5.0) as http:
+        first = await driver.send(http, url, BODY)
+        second = await driver.send(http, url, BODY)
+    server.close()
+    assert first.ok and second.ok, (first.error, second.error)
+    assert second.connect_s is not None and connections == 2
+
+
+async def test_a_large_body_arrives_intact(aiohttp_server: Any) -> None:
+    from aiohttp import web
+
+    async def digest(request: web.Request) -> web.StreamResponse:
+        got = await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        text = f"{len(got)}:{hashlib.blake2b(got, digest_size=8).hexdigest()}"
+        chunk = {"choices": [{"index": 0, "delta": {"content": text}}]}
+        await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n")
+        return resp
+
+    app = web.Application(client_max_size=8 * 2**20)
+    app.router.add_post("/v1/chat/completions", digest)
+    server = await aiohttp_server(app)
+    body = driver.serialize({"messages": [{"role": "user", "content": "x" * 1_500_000}]})
+    async with driver.new_client_session(1, 5.0) as http:
+        res = await driver.send(http, str(server.make_url("/v1/chat/completions")), body)
+    assert res.ok, res.error
+    assert res.text == f"{len(body)}:{hashlib.blake2b(body, digest_size=8).hexdigest()}"
+
+
+def test_header_values_cannot_smuggle_lines() -> None:
+    tgt = http1.target("http://127.0.0.1:8000/v1/chat/completions")
+    with pytest.raises(ValueError):
+        tgt.request_head(10, {"X-Evil": "a\r\nHost: elsewhere"})
+    head = tgt.request_head(10, {"Authorization": "Bearer t"})
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
+    assert b"Authorization: Bearer t\r\n" in head and head.endswith(b"Content-Length: 10\r\n\r\n")

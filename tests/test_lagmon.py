@@ -1,0 +1,99 @@
+"""The event-loop lag monitor: a planted blocking call is caught and the requests in
+flight during it are flagged; requests clear of every stall are not.
+
+The live tests tolerate a busy machine: a neighbour can stall the loop too, so "not
+flagged" is checked against the stalls the monitor actually saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Any
+
+import pytest
+
+from sessiongen import driver
+from sessiongen.lagmon import LagMonitor
+from tests.fakeserver import make_app
+
+MS = 1_000_000
+
+BODY = driver.serialize({"model": "sim-27b", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_flagged_means_overlapping_a_stall() -> None:
+    mon = LagMonitor(interval_s=0.005, threshold_s=0.005, warn=False)
+    mon.record(0, 5 * MS)  # on time
+    mon.record(5 * MS, 30 * MS)  # 20 ms late: a stall over [10, 30] ms
+    mon.record(30 * MS, 36 * MS)  # 1 ms late: under the threshold
+    assert mon.events == [(10 * MS, 30 * MS)]
+    assert mon.max_ns == 20 * MS and mon.samples == 3
+    assert mon.flagged(0, 12 * MS)  # in flight when the stall began
+    assert mon.flagged(25 * MS, 40 * MS)  # its timestamps were held up to 30 ms
+    assert mon.flagged(0, 100 * MS)
+    assert not mon.flagged(0, 9 * MS)  # done before the stall
+    assert not mon.flagged(31 * MS, 100 * MS)  # sent after it
+
+
+def test_flagged_by_bisection_agrees_with_a_scan() -> None:
+    rng = random.Random(7)
+    mon = LagMonitor(interval_s=0.005, threshold_s=0.005, warn=False)
+    t = 0
+    for _ in range(500):
+        late = rng.choice([0, 1, 3, 8, 20]) * MS
+        mon.record(t, t + 5 * MS + late)
+        t += 5 * MS + late
+    assert mon.events
+    for _ in range(2000):
+        a = rng.randrange(0, t)
+        b = a + rng.randrange(0, 30 * MS)
+        scan = any(s < b and e > a for s, e in mon.events)
+        assert mon.flagged(a, b) == scan
+
+
+def test_lags_over_the_threshold_are_warned_about_but_not_every_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mon = LagMonitor(warn_every_s=10.0)
+    with caplog.at_level(logging.WARNING, logger="sessiongen.lagmon"):
+        mon.record(0, 25 * MS)
+        mon.record(25 * MS, 50 * MS)  # within 10 s of the first warning: counted, not logged
+        mon.record(20_000 * MS, 20_020 * MS)
+    warnings = [r for r in caplog.records if "event loop lagged" in r.getMessage()]
+    assert len(warnings) == 2
+    assert "2 lag(s)" in warnings[1].getMessage()
+    summary = mon.summary()
+    assert summary["over_threshold"] == 3 and summary["max_ms"] == pytest.approx(20.0)
+
+
+async def test_a_planted_blocking_call_is_caught_and_its_request_flagged(
+    aiohttp_server: Any,
+) -> None:
+    server = await aiohttp_server(make_app("ok", delay_s=0.15, chunks=2))
+    url = str(server.make_url("/v1/chat/completions"))
+    mon = LagMonitor(warn=False)
+    task = asyncio.create_task(mon.run())
+    async with driver.new_client_session(2, 5.0) as http:
+        await driver.prewarm(http, url, 2)
+        await asyncio.sleep(0.03)  # let the monitor take a few samples
+        clear = await driver.send(http, url, BODY)  # before the planted call
+        clear_end = time.perf_counter_ns()
+        in_flight = asyncio.create_task(driver.send(http, url, BODY))
+        await asyncio.sleep(0.05)  # the request is waiting for its first token
+        blocked_at = time.perf_counter_ns()
+        time.sleep(0.03)  # the planted blocking call
+        res = await in_flight
+        res_end = time.perf_counter_ns()
+        await asyncio.sleep(0.02)  # one more sample after it
+    task.cancel()
+    assert clear.ok and res.ok
+    assert mon.max_ns >= 20 * MS
+    planted = [(s, e) for s, e in mon.events if e >= blocked_at + 25 * MS]
+    assert planted, mon.events
+    assert mon.flagged(res.send_ns, res_end)
+    noise = [(s, e) for s, e in mon.events if s < clear_end and e > clear.send_ns]
+    assert mon.flagged(clear.send_ns, clear_end) == bool(noise)
+    assert all(e <= blocked_at for _, e in noise)  # the planted stall never reaches back
