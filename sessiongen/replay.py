@@ -28,7 +28,7 @@ import aiohttp
 from tqdm import tqdm
 
 from . import driver, metrics, placement, records
-from .errors import ScenarioError, UserError
+from .errors import EndpointError, ScenarioError, UserError
 from .lagmon import LagMonitor
 from .scenario import Scenario
 from .sessions import Session, SessionBuilder
@@ -185,7 +185,14 @@ class _Run:
         }
         self.manifest["blocks"].append(info)
         self.save_manifest()
-        urls = await self.target.open_block(cache)
+        try:
+            urls = await self.target.open_block(cache)
+        except EndpointError as exc:
+            # Replicas that cannot start fail this block only; the next one starts afresh.
+            info.update(status="failed", error=str(exc), ended_at=records.now_iso())
+            self.outcome.failures["block_start_failed"] += 1
+            self.save_manifest()
+            return
         ctx = {
             "block": block,
             "block_in_placement": in_placement,
@@ -371,7 +378,7 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
     if isinstance(target, EndpointsTarget):
         asyncio.run(target.check())  # a one-line error before any work or any run folder
     run = _Run(scenario, opts, target)
-    if isinstance(target, SimTarget):
+    if hasattr(target, "log_dir"):
         target.log_dir = run.run_dir
     interrupted = False
     try:

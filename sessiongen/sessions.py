@@ -113,6 +113,8 @@ def request_body(scenario: Scenario, messages: Sequence[tuple[str, str]]) -> dic
         body["ignore_eos"] = True
         body["min_tokens"] = max_tokens
     if scenario.sessions.probe == "equivalence":
+        # vLLM extension: logprob tokens as "token_id:N", so digests cover token ids.
+        body["return_tokens_as_token_ids"] = True
         if scenario.model.api == "chat":
             body["logprobs"] = True
             body["top_logprobs"] = 1
