@@ -1,16 +1,9 @@
-"""The nightly trend store, regression detection over it, and its plots.
+"""The nightly trend: regression detection over the trend store, and its plots.
 
-Store
------
-``STORE/<scenario_name>-<scenario_digest>/<run_id>.parquet``: one file per run, written
-atomically, holding :func:`sessiongen.analysis.run_summary` (one row per placement,
-cache, context size and turn: median TTFT with its interval, the ON/OFF speedup with its
-interval, error, contamination, divergence and needle counts) plus the run's identity on
-every row (run id, start time, night, target kind, and ``versions``: sessiongen version
-and git SHA, server versions, the simulator profile, as JSON). Runs of different
-scenarios (name or digest) live in different folders and are never compared; within a
-folder, targets of different kinds (sim, endpoints, managed) form separate series.
-Adding a run that is already stored changes nothing.
+Library entry points for ``sessiongen trend add|check|plot``: :func:`trend_add` (from
+:mod:`sessiongen.trendstore`, which describes the store), :func:`trend_check` and
+:func:`trend_plot`. Within a store folder (one scenario), targets of different kinds
+(sim, endpoints, managed) form separate series.
 
 Check
 -----
@@ -33,8 +26,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +35,36 @@ import numpy as np
 import polars as pl
 
 from . import records
-from .errors import RunDirError, UserError
+from .errors import UserError
 from .stepdetect import StepFit, fit_steps, latest_shift, sigma_from_ci
+from .trendstore import (
+    STORE_VERSION,
+    RunIdentity,
+    add_summary,
+    changed_versions,
+    load_store,
+    trend_add,
+    versions_of,
+)
 
-STORE_VERSION = 1
+__all__ = [
+    "STORE_VERSION",
+    "CheckResult",
+    "RunIdentity",
+    "add_summary",
+    "changed_versions",
+    "check_groups",
+    "load_store",
+    "trend_add",
+    "trend_check",
+    "trend_plot",
+    "versions_of",
+]
+
 #: Nights fitted per series (the newest ones): enough history for a baseline, and the
 #: exact fit stays fast (its cost grows with the cube of the nights on flat series).
 WINDOW = 90
 CELL = ("placement", "cache", "context_tokens", "turn")
-IDENTITY_SCHEMA: dict[str, pl.DataType] = {
-    "store_version": pl.Int32(),
-    "run_id": pl.String(),
-    "started_at": pl.String(),
-    "night": pl.String(),
-    "scenario_name": pl.String(),
-    "scenario_digest": pl.String(),
-    "target_kind": pl.String(),
-    "simulated": pl.Boolean(),
-    "versions": pl.String(),
-}
 
 
 @dataclass(frozen=True)
@@ -81,133 +85,6 @@ METRICS = (
 )
 #: Count metrics that are regressions at any size on the newest night.
 ANY_SIZE = ("divergences", "contamination", "needle_wrong")
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    """What the store keeps about a run besides its summary."""
-
-    run_id: str
-    scenario_name: str
-    scenario_digest: str
-    started_at: str
-    target_kind: str
-    simulated: bool
-    versions: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> RunIdentity:
-        target = manifest.get("target") or {}
-        return cls(
-            run_id=str(manifest["run_id"]),
-            scenario_name=str(manifest.get("scenario_name", "?")),
-            scenario_digest=str(manifest.get("scenario_digest") or "nodigest"),
-            started_at=str(manifest.get("started_at") or ""),
-            target_kind=str(target.get("kind", "?")),
-            simulated=bool(target.get("simulated", target.get("kind") == "sim")),
-            versions=versions_of(manifest),
-        )
-
-    @property
-    def folder(self) -> str:
-        return f"{self.scenario_name}-{self.scenario_digest}"
-
-
-def versions_of(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """Flat ``name -> value`` of what can explain a change: tool, servers, sim profile."""
-    tool = manifest.get("tool") or {}
-    target = manifest.get("target") or {}
-    out = {
-        "sessiongen": str(tool.get("sessiongen_version")),
-        "git_sha": str(tool.get("git_sha"))[:12],
-        "target": str(target.get("kind")),
-    }
-    profile = target.get("profile") or target.get("sim") or {}  # "sim" in older manifests
-    for key, value in profile.items():
-        out[f"sim.{key}"] = json.dumps(value)
-    for path, value in _leaves(target):
-        if "version" in path.lower() and not path.startswith(("profile.", "sim.")):
-            out[path] = json.dumps(value) if not isinstance(value, str) else value
-    return out
-
-
-def _leaves(node: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
-    """(dotted path, value) of every leaf of nested dicts and lists."""
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            yield from _leaves(value, f"{prefix}{key}.")
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _leaves(value, f"{prefix}{i}.")
-    else:
-        yield prefix.rstrip("."), node
-
-
-def changed_versions(before: Mapping[str, str], after: Mapping[str, str]) -> str:
-    """``name: old -> new`` for every entry that differs, ``; ``-separated."""
-    keys = sorted(set(before) | set(after))
-    parts = [
-        f"{k}: {before.get(k, '-')} -> {after.get(k, '-')}"
-        for k in keys
-        if before.get(k) != after.get(k)
-    ]
-    return "; ".join(parts)
-
-
-# --- store -------------------------------------------------------------------------------
-
-
-def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity) -> Path | None:
-    """Store one run's summary; None (and no write) when the run is already there."""
-    folder = Path(store) / identity.folder
-    path = folder / f"{identity.run_id}.parquet"
-    if path.exists():
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    ident = {
-        "store_version": STORE_VERSION,
-        "run_id": identity.run_id,
-        "started_at": identity.started_at,
-        "night": identity.started_at[:10],
-        "scenario_name": identity.scenario_name,
-        "scenario_digest": identity.scenario_digest,
-        "target_kind": identity.target_kind,
-        "simulated": identity.simulated,
-        "versions": json.dumps(identity.versions, sort_keys=True),
-    }
-    frame = summary.with_columns(
-        pl.lit(value, dtype=IDENTITY_SCHEMA[name]).alias(name) for name, value in ident.items()
-    )
-    records.atomic_write_parquet(path, frame)
-    return path
-
-
-def trend_add(run_dirs: Iterable[str | Path], store: str | Path) -> list[Path]:
-    """Add each run folder's summary to the store; return the files newly written.
-
-    Every run is read and summarized before anything is written, so one bad folder adds
-    nothing. Incomplete (interrupted) runs are refused. Runs already stored are skipped.
-    """
-    from . import analysis
-
-    prepared = []
-    for run_dir in run_dirs:
-        run = analysis.load_run(run_dir)
-        if not run.manifest.get("complete"):
-            raise RunDirError(f"{run.path}: incomplete run (interrupted?); not added to trend")
-        prepared.append((analysis.run_summary(run), RunIdentity.from_manifest(run.manifest)))
-    added = [add_summary(store, summary, ident) for summary, ident in prepared]
-    return [p for p in added if p is not None]
-
-
-def load_store(store: str | Path) -> pl.DataFrame:
-    """Every stored summary row, with a ``folder`` column; a UserError when there is none."""
-    root = Path(store)
-    files = sorted(root.glob("*/*.parquet")) if root.is_dir() else []
-    if not files:
-        raise UserError(f"{root}: no runs in the trend store (add some with trend add)")
-    frames = [pl.read_parquet(f).with_columns(folder=pl.lit(f.parent.name)) for f in files]
-    return pl.concat(frames, how="diagonal_relaxed")
 
 
 # --- series ------------------------------------------------------------------------------
@@ -534,9 +411,15 @@ def trend_check(
     per_metric_thresholds: Mapping[str, float] | None = None,
     *,
     window: int | None = WINDOW,
+    folders: Collection[str] | None = None,
 ) -> CheckResult:
-    """Detect level shifts in every series of the store (see the module docstring)."""
-    groups = check_groups(load_store(store), threshold, min_nights, per_metric_thresholds, window)
+    """Detect level shifts in every series of the store (see the module docstring).
+
+    ``window`` limits each series to its newest nights; ``folders`` limits the check to
+    those store folders (``<scenario_name>-<scenario_digest>``).
+    """
+    frame = load_store(store, folders)
+    groups = check_groups(frame, threshold, min_nights, per_metric_thresholds, window)
     rows = []
     for nights, series, counts in groups:
         where = {"folder": nights.folder, "target_kind": nights.target_kind}
@@ -558,17 +441,24 @@ def trend_check(
 
 
 def trend_plot(
-    store: str | Path, out_dir: str | Path, *, window: int | None = WINDOW, **check: Any
+    store: str | Path,
+    out_dir: str | Path,
+    *,
+    window: int | None = WINDOW,
+    folders: Collection[str] | None = None,
+    **check: Any,
 ) -> list[Path]:
     """One PNG per headline series with its fitted levels and shifts; return the paths.
 
     Headline series, per folder, target kind, placement and context size: median TTFT of
     both cache arms per turn (``ttft-...png``) and the speedup per turn (``speedup-...png``).
-    ``check`` takes :func:`trend_check`'s threshold arguments (they color the shifts).
+    ``window`` and ``folders`` as for :func:`trend_check`; ``check`` takes its threshold
+    arguments (they decide which shifts are drawn as regressions and improvements).
     """
     from .trendplot import draw_group
 
     paths: list[Path] = []
-    for nights, series, _counts in check_groups(load_store(store), window=window, **check):
+    groups = check_groups(load_store(store, folders), window=window, **check)
+    for nights, series, _counts in groups:
         paths += draw_group(nights, series, Path(out_dir))
     return paths

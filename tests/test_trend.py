@@ -66,6 +66,12 @@ def test_different_scenarios_are_kept_apart(tmp_path: Path) -> None:
     result = trend.trend_check(store)
     assert set(result.groups) == {f"{p.name} [sim]" for p in store.iterdir()}
     assert set(result.regressions["folder"].to_list()) == {"other-other-digest"}
+    only = trend.trend_check(
+        store, folders=[a_folder := f"tiny-{records.read_manifest(a)['scenario_digest']}"]
+    )
+    assert list(only.groups) == [f"{a_folder} [sim]"] and only.findings.is_empty()
+    with pytest.raises(UserError, match="no runs in the trend store for nope"):
+        trend.trend_check(store, folders=["nope"])
 
 
 def test_incomplete_or_missing_runs_add_nothing(tmp_path: Path) -> None:
