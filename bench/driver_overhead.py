@@ -1,49 +1,158 @@
-"""Benchmark: the driver's added TTFT and its streaming throughput.
+"""Benchmark: the driver's added TTFT and its streaming capacity. Prints, asserts nothing.
 
     .venv/bin/python bench/driver_overhead.py [--concurrency 1 64 256] [--body-mb 0.5]
+        [--duration 5] [--rounds 3] [--nice N]
 
-Against a reference server in its own process that answers after a known delay:
-added TTFT (client TTFT minus the server's own time to first chunk) at p50, p99 and
-max per concurrency level with 0.5 MB request bodies, the event loop's worst lag,
-and content chunks parsed per second on one core.
+Against the reference server of :mod:`sessiongen.calibrate` (its own process; it stamps
+the kernel's receive time of each request's last byte and its own write of the first
+chunk, on the monotonic clock the client reads too):
+
+- *steady*: N closed-loop streams started spread over one request cycle (server delay
+  50 ms, then 20 chunks 10 ms apart): the load a replay puts on the driver, harsher
+  (a replay's requests last seconds, not 250 ms);
+- *burst*: N requests released at the same instant, all bodies through one loopback at
+  once: mostly loopback bandwidth and queueing in two event loops, shown for contrast;
+- *floor*: a blocking-socket client with no event loop, one request at a time: what any
+  client pays on this machine for loopback and process wake-ups;
+- stream capacity: content chunks per second of client CPU with the server writing one
+  chunk per write, paced so that reads are not batched (chunks/read near 1), and flat
+  out (reads batched: the figure flatters the client, shown for contrast).
+
+``added`` = client TTFT - server's own time; ``up`` = send -> last body byte in the
+server's socket; ``down`` = server's write of the first chunk -> client timestamp.
+``p99own``: p99 over requests that no stall spent waiting for a CPU (the neighbours'
+doing, not the client's) reached into. ``stalls``: event-loop stalls over 1 ms; ``pre``:
+those spent mostly waiting for a CPU.
+On a shared machine run it more than once: neighbours move the tails.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
+import socket
+import time
+from typing import Any
+from urllib.parse import urlsplit
 
-from sessiongen.calibrate import ReferenceServer, measure_added_ttft, measure_stream_rate
+from sessiongen import calibrate
+from sessiongen.calibrate import ReferenceServer
+
+COLUMNS = (  # (key, heading, width, decimals)
+    ("requests", "n", 6, 0),
+    ("added_ttft_p50_ms", "p50", 7, 2),
+    ("added_ttft_p99_ms", "p99", 7, 2),
+    ("added_ttft_p99_own_ms", "p99own", 7, 2),
+    ("added_ttft_max_ms", "max", 7, 2),
+    ("upstream_p50_ms", "up50", 6, 2),
+    ("upstream_p99_ms", "up99", 6, 2),
+    ("downstream_p50_ms", "dn50", 6, 2),
+    ("downstream_p99_ms", "dn99", 6, 2),
+    ("lag_max_ms", "lagmax", 7, 1),
+    ("lag_stalls", "stalls", 6, 0),
+    ("lag_preempted", "pre", 4, 0),
+    ("failed", "fail", 4, 0),
+)
+
+
+def _row(label: str, streams: int, fig: dict[str, Any]) -> str:
+    cells = [f"{label:<7}", f"{streams:>5}"]
+    cells += [f"{fig[key]:>{width}.{places}f}" for key, _h, width, places in COLUMNS]
+    return " ".join(cells)
+
+
+def _header() -> str:
+    heads = [f"{'shape':<7}", f"{'N':>5}"] + [f"{h:>{w}}" for _k, h, w, _p in COLUMNS]
+    return " ".join(heads) + "   (ms)"
+
+
+def floor(url: str, body_bytes: int, requests: int = 30) -> dict[str, float]:
+    """Added TTFT of a blocking-socket client: the machine's floor for any client."""
+    parts = urlsplit(url)
+    body = calibrate.request_body(body_bytes)
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"{calibrate.DELAY_HEADER}: 0.05\r\n{calibrate.CHUNKS_HEADER}: 2\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    stamp = re.compile(rb'"server_ns":(\d+)')
+    added: list[float] = []
+    with socket.create_connection((parts.hostname, parts.port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(requests + 1):
+            buf = b""
+            first = server_ns = 0
+            start = time.perf_counter_ns()
+            sock.sendall(head + body)
+            while not buf.endswith(b"0\r\n\r\n"):
+                buf += sock.recv(1 << 16)
+                if not first and (found := stamp.search(buf)):
+                    first, server_ns = time.perf_counter_ns(), int(found.group(1))
+            if i:  # the first request warms the path
+                added.append((first - start - server_ns) / 1e6)
+    added.sort()
+    return {
+        "requests": len(added),
+        "added_ttft_p50_ms": calibrate.percentile(added, 50),
+        "added_ttft_p99_ms": calibrate.percentile(added, 99),
+        "added_ttft_max_ms": added[-1],
+    }
 
 
 async def run(args: argparse.Namespace, url: str) -> None:
+    body = int(args.body_mb * 2**20)
+    print(_header())
+    for n in args.concurrency:
+        steady = await calibrate.measure_steady(
+            url, concurrency=n, body_bytes=body, duration_s=args.duration
+        )
+        print(_row("steady", n, steady), flush=True)
+        burst = await calibrate.measure_burst(
+            url, concurrency=n, body_bytes=body, rounds=args.rounds
+        )
+        print(_row("burst", n, burst), flush=True)
+    fl = floor(url, body)
     print(
-        f"{'streams':>8} {'body':>9} {'n':>5} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'max ms':>8} {'lag ms':>7}"
+        f"floor       1 {fl['requests']:>6} {fl['added_ttft_p50_ms']:>7.2f} "
+        f"{fl['added_ttft_p99_ms']:>7.2f}         {fl['added_ttft_max_ms']:>7.2f}"
+        "   (blocking socket, no event loop)"
     )
-    for c in args.concurrency:
-        f = await measure_added_ttft(
-            url, concurrency=c, body_bytes=int(args.body_mb * 2**20), rounds=args.rounds
+    print("\nstream capacity (server writes one chunk per write)")
+    for label, streams, chunks, interval in (
+        ("paced", 32, 1500, 0.001),
+        ("paced", 64, 1500, 0.001),
+        ("flat out", 8, 20_000, 0.0),
+    ):
+        r = await calibrate.measure_stream_rate(
+            url, streams=streams, chunks=chunks, interval_s=interval
         )
         print(
-            f"{c:>8} {f.body_bytes / 2**20:>7.2f}MB {f.requests:>5} {f.added_p50_ms:>8.2f} "
-            f"{f.added_p99_ms:>8.2f} {f.added_max_ms:>8.2f} {f.loop_lag_max_ms:>7.2f}"
+            f"{label:<9} {streams:>3} streams: {r['chunks_per_cpu_s']:>9,.0f} chunks per "
+            f"client CPU-second, {r['chunks_per_s']:>9,.0f} chunks/s wall, "
+            f"{r['chunks_per_read']:.2f} chunks/read"
         )
-    rate = await measure_stream_rate(url, chunks=args.chunks)
-    print(f"stream rate, one stream: {rate:,.0f} chunks/s")
-    rate = await measure_stream_rate(url, chunks=args.chunks // 16, streams=16)
-    print(f"stream rate, 16 streams: {rate:,.0f} chunks/s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--body-mb", type=float, default=0.5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--duration", type=float, default=5.0, help="steady-state seconds")
+    ap.add_argument("--rounds", type=int, default=3, help="burst rounds")
+    ap.add_argument(
+        "--nice", type=int, default=0, help="niceness for client and server (root: < 0)"
+    )
     args = ap.parse_args()
+    if args.nice:
+        os.nice(args.nice)  # the server process inherits it
+    print(
+        f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, nice {args.nice}"
+    )
     with ReferenceServer() as server:
         asyncio.run(run(args, server.url))
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class LagMonitor:
         self.max_ns = 0
         self.total_ns = 0
         self.events: list[tuple[int, int]] = []  # (start_ns, end_ns) of lags over threshold
+        self.waited: list[bool] = []  # per event: spent mostly waiting for a CPU
         self._ends: list[int] = []  # end_ns of each event, for bisection
         self._warn = warn
         self._warn_every_ns = int(warn_every_s * 1e9)
@@ -75,7 +76,9 @@ class LagMonitor:
         self.total_ns += lag
         self.max_ns = max(self.max_ns, lag)
         if lag > self.threshold_ns:
-            self.preempted += 2 * waited_ns >= lag
+            preempted = 2 * waited_ns >= lag
+            self.preempted += preempted
+            self.waited.append(preempted)
             self.events.append((end_ns - lag, end_ns))
             self._ends.append(end_ns)
             self._unwarned += 1
@@ -92,14 +95,19 @@ class LagMonitor:
                 self._warned_at = end_ns
                 self._unwarned = 0
 
-    def flagged(self, start_ns: int, end_ns: int) -> bool:
+    def flagged(self, start_ns: int, end_ns: int, *, preempted_only: bool = False) -> bool:
         """Whether a lag over the threshold overlapped [start_ns, end_ns].
 
-        Windows are disjoint and in time order, so only the first one ending after
-        ``start_ns`` can overlap: a bisection, not a scan of the whole run.
+        Windows are disjoint and in time order, so the first one ending after
+        ``start_ns`` is found by bisection, not a scan of the whole run. With
+        ``preempted_only``, only lags spent mostly waiting for a CPU count.
         """
         i = bisect.bisect_right(self._ends, start_ns)
-        return i < len(self.events) and self.events[i][0] < end_ns
+        while i < len(self.events) and self.events[i][0] < end_ns:
+            if not preempted_only or self.waited[i]:
+                return True
+            i += 1
+        return False
 
     def summary(self) -> dict[str, Any]:
         """Figures for the manifest (milliseconds)."""

@@ -97,3 +97,13 @@ async def test_a_planted_blocking_call_is_caught_and_its_request_flagged(
     noise = [(s, e) for s, e in mon.events if s < clear_end and e > clear.send_ns]
     assert mon.flagged(clear.send_ns, clear_end) == bool(noise)
     assert all(e <= blocked_at for _, e in noise)  # the planted stall never reaches back
+
+
+def test_stalls_spent_waiting_for_a_cpu_are_told_apart() -> None:
+    mon = LagMonitor(interval_s=0.005, threshold_s=0.005, warn=False)
+    mon.record(0, 25 * MS, waited_ns=2 * MS)  # the loop's own 20 ms (busy or blocked)
+    mon.record(25 * MS, 50 * MS, waited_ns=18 * MS)  # 20 ms mostly waiting for a CPU
+    assert mon.preempted == 1 and mon.summary()["over_threshold_preempted"] == 1
+    assert mon.flagged(0, 10 * MS) and not mon.flagged(0, 10 * MS, preempted_only=True)
+    assert mon.flagged(0, 40 * MS, preempted_only=True)  # reaches the second stall
+    assert mon.flagged(35 * MS, 40 * MS, preempted_only=True)
