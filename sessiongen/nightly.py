@@ -262,10 +262,8 @@ def run_nightly(
 
 
 def _rel(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
+    """``path`` relative to ``base`` (links in the summary survive moving the folder)."""
+    return os.path.relpath(path, base)
 
 
 def _runs_table(result: NightlyResult) -> list[str]:
@@ -276,7 +274,7 @@ def _runs_table(result: NightlyResult) -> list[str]:
             continue
         run = r.run_dir.name if r.run_dir else "-"
         state = "interrupted" if r.interrupted else str(r.failed)
-        report = _rel(r.report, result.out_dir) if r.report else "-"
+        report = f"[report]({_rel(r.report, result.out_dir)})" if r.report else "-"
         stored = "yes" if r.stored else "no"
         out.append(f"| {r.scenario} | {run} | {r.requests} | {state} | {stored} | {report} |")
     return out

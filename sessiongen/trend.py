@@ -303,10 +303,12 @@ class CheckResult:
         return 1 if self.regressions.height else 0
 
     def headline(self) -> str:
-        nights = ", ".join(f"{k}: {n} nights" for k, n in self.groups.items())
+        """``R regressions, I improvements in S series (folder: N nights, ...)``."""
+        nights = ", ".join(f"{k}: {_plural(n, 'night')}" for k, n in self.groups.items())
         return (
-            f"{self.regressions.height} regressions, {self.improvements.height} improvements "
-            f"in {self.series} series ({nights})"
+            f"{_plural(self.regressions.height, 'regression')}, "
+            f"{_plural(self.improvements.height, 'improvement')} in {self.series} series "
+            f"({nights})"
         )
 
     def lines(self) -> list[str]:
@@ -320,7 +322,7 @@ class CheckResult:
     def markdown(self) -> str:
         """A markdown table of the findings (for the nightly summary)."""
         if self.findings.is_empty():
-            return f"No regressions or improvements. {self.headline()}.\n"
+            return f"{self.headline()}.\n"
         head = "| | series | metric | since | nights | level | change | what changed then |"
         out = [f"{self.headline()}.", "", head, "|---|---|---|---|---|---|---|---|"]
         for r in self.findings.iter_rows(named=True):
@@ -330,6 +332,10 @@ class CheckResult:
                 f"{_change(r)} | {r['versions_changed'] or '-'} |"
             )
         return "\n".join(out) + "\n"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _cell_text(r: Mapping[str, Any]) -> str:
