@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,7 +261,7 @@ class _Sink(http1.Sink):
 async def send(
     session: aiohttp.ClientSession,
     url: str,
-    body: bytes,
+    body: bytes | Sequence[bytes],
     *,
     stream: bool = True,
     timeout_s: float = 900.0,
@@ -268,6 +269,10 @@ async def send(
     pre_send_delay_s: float = 0.0,
 ) -> Result:
     """POST a pre-serialized body and measure it; faults are recorded in the result.
+
+    ``body`` may come in parts, sent in order and never joined: a caller can keep a
+    session's serialized context once and send it with every turn, rather than hold
+    a fresh copy of it for every request in flight.
 
     Connections come from the pool owned by ``session`` when it was made by
     :func:`new_client_session`; any other session gets a fresh connection per request.

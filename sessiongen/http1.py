@@ -25,6 +25,7 @@ import functools
 import ssl
 import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import __version__
@@ -33,6 +34,8 @@ MAX_HEAD = 64 * 1024  # response status line + headers
 MAX_ERROR_BODY = 64 * 1024  # kept of an error response body
 WRITE_SLICE = 1 << 20  # body bytes handed to the transport at a time (see Conn.write)
 _SMALL_BODY = 16 * 1024  # below this, headers and body go out in one write
+
+Buffer = bytes | bytearray | memoryview
 
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _LENGTH, _UNTIL_EOF = range(7)
 
@@ -199,8 +202,8 @@ class Conn(asyncio.Protocol):
         self._timer = loop.call_later(timeout_s, self._check_timeout)
         return self._done
 
-    async def write(self, head: bytes, body: bytes) -> None:
-        """Write the request: the body in slices as the socket drains, never joined.
+    async def write(self, head: bytes, body: Sequence[Buffer]) -> None:
+        """Write the request: the body's parts in slices as the socket drains, never joined.
 
         Slices are large and written back to back while the kernel takes them: on
         loopback yielding to the loop between smaller slices cost every request an
@@ -209,18 +212,19 @@ class Conn(asyncio.Protocol):
         """
         transport = self.transport
         assert transport is not None
-        if len(body) <= _SMALL_BODY:
-            transport.write(head + body)
+        if len(body) == 1 and len(body[0]) <= _SMALL_BODY:
+            transport.write(head + bytes(body[0]))
             return
         transport.write(head)
-        view = memoryview(body)
-        for offset in range(0, len(body), WRITE_SLICE):
-            if self._paused:
-                self._drained = asyncio.get_running_loop().create_future()
-                await self._drained
-            if self._sink is None or not self.alive:
-                return  # the response already ended (an early error) or the link broke
-            transport.write(view[offset : offset + WRITE_SLICE])
+        for part in body:
+            view = memoryview(part).cast("B")
+            for offset in range(0, len(view), WRITE_SLICE):
+                if self._paused:
+                    self._drained = asyncio.get_running_loop().create_future()
+                    await self._drained
+                if self._sink is None or not self.alive:
+                    return  # the response already ended (an early error) or the link broke
+                transport.write(view[offset : offset + WRITE_SLICE])
 
     def close(self) -> None:
         """Drop the connection (a fault, a response out of step, or the pool closing)."""
@@ -452,7 +456,7 @@ class Pool:
 async def exchange(
     pool: Pool | None,
     url: str,
-    body: bytes,
+    body: Buffer | Sequence[Buffer],
     sink: Sink,
     *,
     timeout_s: float,
@@ -462,6 +466,10 @@ async def exchange(
 ) -> Outcome:
     """POST ``body`` to ``url`` and feed the response to ``sink`` as it is read.
 
+    ``body`` may be given in parts (sent in order, never joined), so that a caller
+    can keep a large shared piece, such as a session's serialized context, once and
+    send it with every request instead of building a new copy per request.
+
     Returns when the sink says it has what it waits for (the rest of the response is
     still read in the background so the connection can be reused), when the response
     ends, or on a fault. Raises :class:`ConnectFault` when no connection can be made.
@@ -470,7 +478,8 @@ async def exchange(
     tgt = target(url)
     if pool is None:
         pool = Pool(max_idle_per_host=0)
-    head = tgt.request_head(len(body), headers)
+    parts: Sequence[Buffer] = [body] if isinstance(body, bytes | bytearray | memoryview) else body
+    head = tgt.request_head(sum(memoryview(p).nbytes for p in parts), headers)
     for attempt in (0, 1):
         conn, connect_s = await pool.acquire(tgt, connect_timeout_s)
         send_ns = time.perf_counter_ns()
@@ -479,7 +488,7 @@ async def exchange(
         try:
             if pre_send_delay_s:
                 await asyncio.sleep(pre_send_delay_s)
-            await conn.write(head, body)
+            await conn.write(head, parts)
             end = await done
         except BaseException:
             conn.close()

@@ -193,7 +193,7 @@ async def test_a_pooled_connection_the_server_dropped_is_retried_once() -> None:
     assert second.connect_s is not None and connections == 2
 
 
-async def test_a_large_body_arrives_intact(aiohttp_server: Any) -> None:
+async def test_a_large_body_arrives_intact_whole_or_in_parts(aiohttp_server: Any) -> None:
     from aiohttp import web
 
     async def digest(request: web.Request) -> web.StreamResponse:
@@ -209,10 +209,13 @@ async def test_a_large_body_arrives_intact(aiohttp_server: Any) -> None:
     app.router.add_post("/v1/chat/completions", digest)
     server = await aiohttp_server(app)
     body = driver.serialize({"messages": [{"role": "user", "content": "x" * 1_500_000}]})
+    url = str(server.make_url("/v1/chat/completions"))
     async with driver.new_client_session(1, 5.0) as http:
-        res = await driver.send(http, str(server.make_url("/v1/chat/completions")), body)
-    assert res.ok, res.error
-    assert res.text == f"{len(body)}:{hashlib.blake2b(body, digest_size=8).hexdigest()}"
+        whole = await driver.send(http, url, body)
+        parts = await driver.send(http, url, [body[:7], body[7:1_200_000], b"", body[1_200_000:]])
+    expected = f"{len(body)}:{hashlib.blake2b(body, digest_size=8).hexdigest()}"
+    assert whole.ok and parts.ok, (whole.error, parts.error)
+    assert whole.text == expected and parts.text == expected
 
 
 def test_header_values_cannot_smuggle_lines() -> None:
