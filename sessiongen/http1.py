@@ -226,11 +226,14 @@ class Conn(asyncio.Protocol):
                     return  # the response already ended (an early error) or the link broke
                 transport.write(view[offset : offset + WRITE_SLICE])
 
-    def close(self) -> None:
-        """Drop the connection (a fault, a response out of step, or the pool closing)."""
+    def close(self, *, graceful: bool = False) -> None:
+        """Drop the connection: at once on a fault, gracefully when merely not kept."""
         self.alive = False
         if self.transport is not None:
-            self.transport.abort()
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     # internals
 
@@ -265,7 +268,7 @@ class Conn(asyncio.Protocol):
         if self._keep_alive and self.alive:
             self.pool.release(self)
         else:
-            self.close()
+            self.close(graceful=True)
 
     def _end(self) -> None:
         self._sink = None
@@ -423,7 +426,7 @@ class Pool:
         if len(idle) < self.max_idle:
             idle.append(conn)
         else:
-            conn.close()
+            conn.close(graceful=True)
 
     def forget(self, conn: Conn) -> None:
         """A connection closed (called from its ``connection_lost``)."""

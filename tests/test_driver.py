@@ -225,3 +225,23 @@ def test_header_values_cannot_smuggle_lines() -> None:
     head = tgt.request_head(10, {"Authorization": "Bearer t"})
     assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
     assert b"Authorization: Bearer t\r\n" in head and head.endswith(b"Content-Length: 10\r\n\r\n")
+
+
+async def test_a_non_streaming_answer_arrives_whole(aiohttp_server: Any) -> None:
+    from aiohttp import web
+
+    async def whole(_request: web.Request) -> web.Response:
+        usage = {"prompt_tokens": 4, "completion_tokens": 2}
+        return web.json_response(
+            {"choices": [{"message": {"content": "two words"}}], "usage": usage}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", whole)
+    server = await aiohttp_server(app)
+    async with driver.new_client_session(1, 5.0) as http:
+        res = await driver.send(
+            http, str(server.make_url("/v1/chat/completions")), BODY, stream=False
+        )
+    assert res.ok and res.text == "two words"
+    assert res.ttft_s == res.e2e_s and res.completion_tokens == 2
