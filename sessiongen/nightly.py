@@ -28,8 +28,6 @@ scenarios in the store are left alone), and a markdown summary in
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import tomllib
@@ -192,14 +190,6 @@ class NightlyResult:
         return 1 if regressed or not all(r.ok for r in self.runs) else 0
 
 
-def _write_report(run_dir: Path) -> Path | None:
-    """The run's report via ``sessiongen.report.write_report``, when that module exists."""
-    if importlib.util.find_spec("sessiongen.report") is None:
-        return None
-    module = importlib.import_module("sessiongen.report")
-    return Path(module.write_report(run_dir))
-
-
 def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: bool) -> NightlyRun:
     """Replay one scenario, store it, report it; a UserError is recorded, not raised."""
     from .replay import ReplayOptions, replay
@@ -217,7 +207,9 @@ def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: 
         return run
     run.stored = next(iter(trend.trend_add([outcome.run_dir], store)), None)
     if report:
-        run.report = _write_report(outcome.run_dir)
+        from .report import write_report
+
+        run.report = write_report(outcome.run_dir)
     return run
 
 
