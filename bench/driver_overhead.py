@@ -20,8 +20,8 @@ chunk, on the monotonic clock the client reads too):
 
 ``added`` = client TTFT - server's own time; ``up`` = send -> last body byte in the
 server's socket; ``down`` = server's write of the first chunk -> client timestamp.
-``p99own``: p99 over requests that no stall spent waiting for a CPU (the neighbours'
-doing, not the client's) reached into. ``stalls``: event-loop stalls over 1 ms; ``pre``:
+``p99own``: p99 over the ``n_own`` requests that no stall spent waiting for a CPU (the
+neighbours' doing, not the client's) reached into. ``stalls``: event-loop stalls over 1 ms; ``pre``:
 those spent mostly waiting for a CPU.
 On a shared machine run it more than once: neighbours move the tails.
 """
@@ -45,6 +45,7 @@ COLUMNS = (  # (key, heading, width, decimals)
     ("added_ttft_p50_ms", "p50", 7, 2),
     ("added_ttft_p99_ms", "p99", 7, 2),
     ("added_ttft_p99_own_ms", "p99own", 7, 2),
+    ("requests_own", "n_own", 6, 0),
     ("added_ttft_max_ms", "max", 7, 2),
     ("upstream_p50_ms", "up50", 6, 2),
     ("upstream_p99_ms", "up99", 6, 2),

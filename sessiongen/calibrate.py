@@ -393,6 +393,7 @@ def _breakdown(results: Sequence[driver.Result], lag: LagMonitor) -> dict[str, A
         "added_ttft_p99_ms": percentile(added, 99),
         "added_ttft_max_ms": added[-1] if added else math.nan,
         "added_ttft_p99_own_ms": percentile(clean, 99),
+        "requests_own": len(clean),
         "upstream_p50_ms": percentile(up, 50),
         "upstream_p99_ms": percentile(up, 99),
         "downstream_p50_ms": percentile(down, 50),
