@@ -28,6 +28,7 @@ import asyncio
 import os
 import resource
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -118,6 +119,7 @@ async def run_session(
 ) -> str | None:
     headers = {calibrate.DELAY_HEADER: str(hold_s), calibrate.CHUNKS_HEADER: "8"}
     for turn in range(1, s.turns + 1):
+        body: bytes | list[bytes]
         if isinstance(s, LeanSession):
             body = s.body(turn)
             text = 0
@@ -136,7 +138,7 @@ async def run_session(
 
 
 async def stream_all(
-    args: argparse.Namespace, sc: scenario.Scenario, sessions: list[Session]
+    args: argparse.Namespace, sc: scenario.Scenario, sessions: Sequence[Session | LeanSession]
 ) -> None:
     tally = Tally()
     sampler = asyncio.create_task(tally.sample())
