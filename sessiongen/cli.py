@@ -79,8 +79,15 @@ def cli() -> None:
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="JSONL file to write."
 )
 @click.option("--salt", default="sessiongen", show_default=True, help="Run salt for the markers.")
+@click.option(
+    "--server",
+    metavar="URL",
+    help='Replica whose /tokenize counts tokens (for model.tokenizer = "server").',
+)
 @set_option
-def generate(scenario_file: str, output: str, salt: str, overrides: tuple[str, ...]) -> None:
+def generate(
+    scenario_file: str, output: str, salt: str, server: str | None, overrides: tuple[str, ...]
+) -> None:
     """Write every (session, turn) request of SCENARIO_FILE as JSON lines.
 
     Each line has session_id, turn, context_tokens, content_tokens, expected and body
@@ -90,7 +97,7 @@ def generate(scenario_file: str, output: str, salt: str, overrides: tuple[str, .
     from .generate import write_jsonl
 
     sc = load_scenario(scenario_file, overrides)
-    stats = write_jsonl(sc, salt, Path(output))
+    stats = write_jsonl(sc, salt, Path(output), server_url=server)
     click.echo(
         f"wrote {stats['requests']} requests ({stats['sessions']} sessions, "
         f"{stats['content_tokens']:,} content tokens) to {output}"

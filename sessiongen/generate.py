@@ -11,17 +11,25 @@ from .errors import ScenarioError
 from .records import atomic_write_bytes
 from .scenario import Scenario
 from .sessions import SessionBuilder
+from .textgen import generator_for
 
 
-def write_jsonl(scenario: Scenario, salt: str, path: Path) -> dict[str, Any]:
-    """One JSON object per (session, turn), session-major; returns counts written."""
+def write_jsonl(
+    scenario: Scenario, salt: str, path: Path, server_url: str | None = None
+) -> dict[str, Any]:
+    """One JSON object per (session, turn), session-major; returns counts written.
+
+    ``server_url`` is the replica whose ``/tokenize`` counts tokens when the scenario's
+    ``model.tokenizer`` is ``server``.
+    """
     if scenario.sessions.history == "live":
         raise ScenarioError(
             scenario.source,
             "sessions.history",
             'expected "frozen" or "none" for generate (live answers come from a server)',
         )
-    builder = SessionBuilder(scenario, salt)
+    gen = generator_for(scenario.model.tokenizer, server_url=server_url, model=scenario.model.name)
+    builder = SessionBuilder(scenario, salt, gen)
     lines: list[bytes] = []
     tokens = 0
     sessions = builder.sessions()

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from . import driver, metrics, placement, records
+from . import driver, metrics, placement, records, textgen
 from .errors import EndpointError, ScenarioError, UserError
 from .lagmon import LagMonitor
 from .scenario import Scenario
@@ -113,6 +113,12 @@ class _Run:
         self.api_path = (
             driver.CHAT_PATH if scenario.model.api == "chat" else driver.COMPLETIONS_PATH
         )
+        urls = target.urls if isinstance(target, EndpointsTarget) else []
+        self.generator = textgen.generator_for(
+            scenario.model.tokenizer,
+            server_url=urls[0] if urls else None,
+            model=scenario.model.name,
+        )
         first = self.builder(self.salt)
         self.manifest: dict[str, Any] = {
             "schema_version": records.SCHEMA_VERSION,
@@ -136,7 +142,7 @@ class _Run:
 
     def builder(self, salt: str) -> SessionBuilder:
         if salt not in self.builders:
-            self.builders[salt] = SessionBuilder(self.scenario, salt)
+            self.builders[salt] = SessionBuilder(self.scenario, salt, self.generator)
         return self.builders[salt]
 
     def save_manifest(self) -> None:

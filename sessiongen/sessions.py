@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import ScenarioError
 from .scenario import Scenario
-from .textgen import TextGenerator, default_generator
+from .textgen import TextGenerator, generator_for
 from .tokenize import Tokenizer
 
 NEEDLE_QUESTION = "What is the access code of vault {vault}? Reply with the number only."
@@ -196,7 +196,7 @@ class SessionBuilder:
     ) -> None:
         self.scenario = scenario
         self.salt = salt
-        self.generator = generator or default_generator()
+        self.generator = generator or generator_for(scenario.model.tokenizer)
         self._system: str | None = None
         self._check()
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import tokenize
 from .tokenize import Tokenizer, cl100k
 
 #: Bump when the generated text changes for the same seed; recorded in manifests.
@@ -64,7 +65,9 @@ def _word_list() -> tuple[str, ...]:
 class TextGenerator:
     """Makes prose of exactly N tokens of a given tokenizer, deterministically from a seed."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, unit_counter: Tokenizer | None = None) -> None:
+        """``unit_counter`` estimates unit lengths when asking ``tokenizer`` per unit is
+        too slow (a server's /tokenize); whole texts are then fitted with ``tokenizer``."""
         self.tokenizer = tokenizer
         words = _word_list()
         rng = np.random.default_rng(20261130)
@@ -79,7 +82,7 @@ class TextGenerator:
             + [",", ".", ".\n\n"]
         )
         self.units = np.array(units, dtype=object)
-        self.counts = np.array(tokenizer.count_batch(units), dtype=np.int64)
+        self.counts = np.array((unit_counter or tokenizer).count_batch(units), dtype=np.int64)
         self.COMMA, self.PERIOD, self.PARA = (
             3 * self.n_lower,
             3 * self.n_lower + 1,
@@ -176,3 +179,18 @@ class TextGenerator:
 def default_generator() -> TextGenerator:
     """The cl100k text generator, built once per process."""
     return TextGenerator(cl100k())
+
+
+def generator_for(spec: str, *, server_url: str | None = None, model: str = "") -> TextGenerator:
+    """The text generator for a scenario's ``model.tokenizer``.
+
+    ``cl100k`` is shared per process. A ``tokenizer.json`` counts its own units. A
+    server's ``/tokenize`` would need one request per unit (thousands), so cl100k
+    estimates unit lengths and every whole text is fitted with the server's counts.
+    """
+    if spec == "cl100k":
+        return default_generator()
+    tok = tokenize.get(spec, server_url=server_url, model=model)
+    if spec == "server":
+        return TextGenerator(tok, unit_counter=cl100k())
+    return TextGenerator(tok)

@@ -177,7 +177,9 @@ def get(spec: str, *, server_url: str | None = None, model: str = "") -> Tokeniz
     if spec == "server":
         if not server_url:
             raise ScenarioError(
-                "model.tokenizer", "", '"server" needs an endpoint to call /tokenize on'
+                "model.tokenizer",
+                "",
+                'expected an endpoint to call /tokenize on for "server" (give --endpoints)',
             )
         return ServerTokenizer(server_url, model)
     return HFTokenizer(Path(spec))
