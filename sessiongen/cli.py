@@ -125,6 +125,12 @@ def generate(
 )
 @click.option("--report/--no-report", default=True, show_default=True, help="Write the report.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option(
+    "--calibrate",
+    "calibrate_first",
+    is_flag=True,
+    help="Measure the client's own overhead at this load first; kept in the manifest.",
+)
 @set_option
 def replay(
     scenario_file: str,
@@ -133,6 +139,7 @@ def replay(
     runs_dir: str,
     report: bool,
     progress: bool,
+    calibrate_first: bool,
     overrides: tuple[str, ...],
 ) -> None:
     """Replay SCENARIO_FILE under each placement with the shared cache off and on.
@@ -150,6 +157,7 @@ def replay(
         endpoints=[u.strip() for u in endpoints.split(",") if u.strip()] if endpoints else None,
         cache=cache,
         progress=progress,
+        calibrate=calibrate_first,
     )
     outcome = replay_mod.replay(sc, opts)
     click.echo(f"run: {outcome.run_dir}")
@@ -429,6 +437,37 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
         click.echo(result.check.table())
     if result.exit_code:
         raise SystemExit(result.exit_code)
+
+
+@cli.command("calibrate")
+@click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--concurrency", type=int, help="Streams at once (default: the scenario's).")
+@click.option("--body-kb", type=float, help="Request body size, KiB (default: the scenario's).")
+@set_option
+def calibrate_cmd(
+    scenario_file: str | None,
+    concurrency: int | None,
+    body_kb: float | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Measure the client's own added TTFT against a reference server.
+
+    The reference server (its own process) answers after a known delay and stamps its
+    own receive and send times, so added TTFT = client TTFT - server time: what the
+    driver, the loopback and parsing add. Load defaults to SCENARIO_FILE's concurrency
+    and turn-1 body size (64 streams of 0.5 MiB without a scenario).
+    """
+    from .calibrate import calibrate, scenario_load
+
+    conc, body = 64, 512 * 1024
+    if scenario_file:
+        conc, body = scenario_load(load_scenario(scenario_file, overrides))
+    conc = concurrency or conc
+    body = int(body_kb * 1024) if body_kb else body
+    click.echo(f"calibrating at {conc} concurrent streams, {body / 1024:.0f} KiB bodies ...")
+    for key, value in calibrate(conc, body).items():
+        shown = f"{value:.3f}" if isinstance(value, float) else value
+        click.echo(f"{key}: {shown}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,6 +44,7 @@ class ReplayOptions:
     cache: str | None = None
     progress: bool = True
     run_id: str | None = None
+    calibrate: bool = False  # measure the client's own overhead first (manifest: calibration)
 
 
 @dataclass
@@ -193,6 +194,8 @@ class _Run:
         self.save_manifest()
         try:
             urls = await self.target.open_block(cache)
+            for url in urls:  # no measured request pays for connection setup
+                await driver.prewarm(http, url, self.scenario.driver.concurrency)
         except EndpointError as exc:
             # Replicas that cannot start fail this block only; the next one starts afresh.
             info.update(status="failed", error=str(exc), ended_at=records.now_iso())
@@ -309,7 +312,8 @@ class _Run:
                     bar.set_postfix_str(f"errors={stats['errors']}")
                     return
                 stats["ttft"].append(res.ttft_s)
-                bar.set_postfix_str(self._postfix(stats))
+                if len(stats["ttft"]) % 8 == 1 or bar.n == bar.total:
+                    bar.set_postfix_str(self._postfix(stats))
                 answers.append(res.text)
                 prev = replica
                 if sc.sessions.think_time_s and turn < session.turns:
@@ -384,6 +388,10 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
     if isinstance(target, EndpointsTarget):
         asyncio.run(target.check())  # a one-line error before any work or any run folder
     run = _Run(scenario, opts, target)
+    if opts.calibrate:
+        from .calibrate import calibrate, scenario_load
+
+        run.manifest["calibration"] = calibrate(*scenario_load(scenario))
     if hasattr(target, "log_dir"):
         target.log_dir = run.run_dir
     interrupted = False
