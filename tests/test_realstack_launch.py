@@ -13,20 +13,28 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sessiongen import scenario as scenario_mod
-from sessiongen.errors import EndpointError
+from sessiongen.errors import EndpointError, MissingDependencyError
 from sessiongen.launch import net, procs, state
 from sessiongen.launch.pair import ManagedPair
-from sessiongen.launch.tinymodel import SPECIAL_TOKENS, build_tiny_model, tiny_model_identity
+from sessiongen.launch.tinymodel import (
+    SPECIAL_TOKENS,
+    WEIGHTS_NAME,
+    build_tiny_model,
+    tiny_model_identity,
+)
 from sessiongen.scenario import ManagedSpec
+from sessiongen.textgen import default_generator
 from sessiongen.tokenize import cl100k
 
 pytestmark = [
@@ -52,6 +60,7 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def chat(base_url: str, text: str, max_tokens: int = 4) -> dict[str, Any]:
+    """A greedy chat request with logprobs, token ids in place of token text."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": text}],
@@ -60,8 +69,15 @@ def chat(base_url: str, text: str, max_tokens: int = 4) -> dict[str, Any]:
         "seed": 0,
         "ignore_eos": True,
         "logprobs": True,
+        "return_tokens_as_token_ids": True,
     }
     return post(base_url + "/v1/chat/completions", body)
+
+
+def answer(reply: dict[str, Any]) -> tuple[list[str], float]:
+    """The generated token ids and the first token's logprob."""
+    content = reply["choices"][0]["logprobs"]["content"]
+    return [e["token"] for e in content], content[0]["logprob"]
 
 
 def counter(base_url: str, name: str) -> float:
@@ -100,7 +116,9 @@ def pair(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[M
         yield managed
 
 
-def test_tiny_model_builds_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tiny_model_builds_offline(
+    tmp_path: Path, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoTokenizer
 
     def no_network(*args: object, **kwargs: object) -> None:
@@ -110,10 +128,15 @@ def test_tiny_model_builds_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(socket, "create_connection", no_network)
     dest = build_tiny_model(tmp_path / "tiny")
     files = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
-    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+    expected = {"config.json", "tokenizer.json", "tokenizer_config.json", WEIGHTS_NAME}
+    assert expected <= set(files)
     assert build_tiny_model(dest) == dest  # second call: nothing rewritten
     assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == files
     assert tiny_model_identity(dest).startswith("builtin:tiny:")
+    # Seeded: another build holds the same weights, hence the same identity.
+    again = build_tiny_model(tmp_path / "again")
+    assert (again / WEIGHTS_NAME).read_bytes() == (dest / WEIGHTS_NAME).read_bytes()
+    assert tiny_model_identity(again) == tiny_model_identity(tiny_dir)
 
     tok = AutoTokenizer.from_pretrained(str(dest))
     texts = ["Hello world.", " leading space\n\n  tabs\there", "ünïcödé 中文 🤖 I'LL 12345"]
@@ -128,6 +151,15 @@ def test_tiny_model_builds_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert ids[:3] == [start, cl100k().encode("user")[0], sep]
     assert ids[3:-4] == cl100k().encode(content) and ids[-4] == end
     assert len(ids) == len(cl100k().encode(content)) + CHAT_OVERHEAD
+
+
+def test_tiny_model_without_torch_is_a_user_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # None: "import torch" fails
+    with pytest.raises(MissingDependencyError, match="torch and safetensors are needed"):
+        build_tiny_model(tmp_path / "tiny")
+    assert not (tmp_path / "tiny").exists()  # nothing half-built
 
 
 def test_taken_port_is_refused(tmp_path: Path, tiny_dir: Path) -> None:
@@ -189,8 +221,32 @@ def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
     cached = shared["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 1792  # all whole 256-token chunks of the ~2000-token prompt
     assert counter(second, "vllm:external_prefix_cache_hits_total") - hits_before == cached
-    same = [[e["token"] for e in r["choices"][0]["logprobs"]["content"]] for r in (cold, shared)]
-    assert same[0] == same[1]  # same seed, same dummy weights, same answer
+    # Same weights, same seed: the shared cache's answer is the cold one, bit for bit
+    # when requests run one at a time (the tolerance of the equivalence check is for
+    # batching noise, absent here).
+    assert answer(shared) == answer(cold)
+
+
+def test_answers_depend_on_the_prompt(pair: ManagedPair) -> None:
+    """The equivalence probe can fail: different prompts get different answers.
+
+    (vLLM's dummy weights answered every prompt alike.) Each prompt is also answered
+    alike by both replicas, cold on each, so the replicas hold the same model.
+    """
+    # Shorter than one LMCache chunk (256 tokens), so the second replica computes them
+    # cold too, and far from each other: scenario prose, a short question, a number.
+    prose = default_generator()
+    texts = [prose.prose(np.random.default_rng(i), 200) for i in range(3)]
+    texts += ["Say something.", "2 + 2 = ?"]
+    first, second = pair.urls
+    answers = [answer(chat(first, text, max_tokens=6)) for text in texts]
+    assert len({tuple(ids) for ids, _ in answers}) == len(texts)
+    assert len({logprob for _, logprob in answers}) > 1
+    assert all(logprob > -10.0 for _, logprob in answers)  # uniform logits give -11.5
+    for text, expected in zip(texts, answers, strict=True):
+        reply = chat(second, text, max_tokens=6)
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # cold there too
+        assert answer(reply) == expected
 
 
 def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:

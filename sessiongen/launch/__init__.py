@@ -1,6 +1,6 @@
 """Real replicas that sessiongen starts and stops itself: vLLM plus one LMCache server.
 
-- :mod:`.tinymodel`: the ``builtin:tiny`` model (config + cl100k tokenizer, no weights);
+- :mod:`.tinymodel`: the ``builtin:tiny`` model (cl100k tokenizer, seeded random weights);
 - :mod:`.commands`: the exact command lines and environments, and the stack's versions;
 - :mod:`.net`: free ports and health checks;
 - :mod:`.procs`: process groups, stopping without orphans, the records of what ran;

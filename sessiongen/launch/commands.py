@@ -82,14 +82,16 @@ def default_model_cache() -> Path:
 
 
 def resolve_model(model: str, tiny_dir: Path) -> tuple[str, bool]:
-    """The ``--model`` argument for ``target.managed.model`` and whether weights are dummy.
+    """The ``--model`` argument for ``target.managed.model`` and whether its weights are dummy.
 
     ``builtin:tiny`` is built (idempotently) in ``tiny_dir``; an existing local
     directory is made absolute (LMCache keys its pool by this string, so every replica
     must get the same one); anything else is passed on as a Hugging Face id.
     """
     if model == BUILTIN_TINY:
-        return str(build_tiny_model(tiny_dir).resolve()), True
+        # Real seeded weights on disk, not --load-format dummy: dummy weights answer
+        # every prompt alike, so the equivalence probe could not fail (see tinymodel).
+        return str(build_tiny_model(tiny_dir).resolve()), False
     if model.startswith("builtin:"):
         raise ScenarioError(
             "scenario", "target.managed.model", f'unknown built-in model, got "{model}"'
@@ -158,7 +160,8 @@ def vllm_argv(
 
     Cache OFF is the same command without the connector: vLLM's own prefix cache stays on
     in both arms. ``--enable-prompt-tokens-details`` makes every response report its
-    cached prompt tokens; the fixed seed makes replicas with dummy weights identical.
+    cached prompt tokens. ``dummy_weights`` adds ``--load-format dummy`` (random weights,
+    none read from disk); the fixed seed makes such replicas identical.
     """
     argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
     if dummy_weights:

