@@ -39,11 +39,14 @@ import polars as pl
 
 from . import stats
 from .checks import (
+    LOGPROB_TOL,
+    Equivalence,
     cache_attribution,
     contamination,
     contamination_expr,
     divergence_counts,
     divergences,
+    equivalence,
     needle_grades,
 )
 from .compare import Comparison, compare_runs
@@ -63,8 +66,10 @@ from .run import (
 from .stats import DEFAULT_BOOTSTRAP, Bootstrap
 
 __all__ = [
+    "LOGPROB_TOL",
     "Bootstrap",
     "Comparison",
+    "Equivalence",
     "Run",
     "arm_turn_table",
     "block_drift",
@@ -78,6 +83,7 @@ __all__ = [
     "divergence_counts",
     "divergences",
     "drop_single_context",
+    "equivalence",
     "latest_run",
     "load_run",
     "needle_grades",
@@ -380,20 +386,26 @@ def block_drift(
     return frame_from_rows(rows, [*ARM_KEYS, "context_tokens"], run.requests, values)
 
 
-def run_summary(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
+def run_summary(
+    run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP, logprob_tol: float = LOGPROB_TOL
+) -> pl.DataFrame:
     """One row per (placement, cache, context_tokens, turn) with the headline metrics.
 
     The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
     turning the cache on buys, relative to the OFF row of the same placement and turn);
-    divergence counts belong to a placement and turn and appear on both rows. This is what
-    ``summary.csv`` and the nightly trend store hold.
+    ``divergences`` (sessions whose answers differ across arms or blocks, or whose
+    first-token logprobs differ by more than ``logprob_tol``: see
+    :mod:`sessiongen.checks`) belongs to a placement and turn and appears on both rows.
+    This is what ``summary.csv`` and the nightly trend store hold.
     """
     cell = ["placement", "context_tokens", "turn"]
     arm = arm_turn_table(run, boot=boot)
     speed = speedup_table(run, boot=boot).select(
         *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
     )
-    div = divergence_counts(run).select(*cell, divergences=pl.col("diverged"))
+    div = divergence_counts(run, logprob_tol=logprob_tol).select(
+        *cell, divergences=pl.col("diverged")
+    )
     needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
     out = (
         arm.join(speed, on=cell, how="left", nulls_equal=True)

@@ -4,9 +4,11 @@
 analysis frames once, draws the figures, and writes:
 
 - ``report.md`` and a self-contained ``report.html`` (images embedded as base64). They
-  show **problems first** (correctness failures, contamination, request errors, block
-  drift larger than the effect, incomplete blocks), then the headline speedup curves,
-  then the details, the method and the run's identity;
+  show **problems first** (correctness failures: wrong needle answers, and for the
+  ``equivalence`` probe the divergence rate, the largest first-token logprob difference
+  and the worst case; then contamination, request errors, block drift larger than the
+  effect, incomplete blocks), then the headline speedup curves, then the details, the
+  method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -28,6 +30,7 @@ from typing import Any
 import polars as pl
 
 from . import analysis, plots
+from .checks import WORST_ROW_COLUMNS, Equivalence
 from .document import (
     Block,
     Bullets,
@@ -77,14 +80,17 @@ class Frames:
     contamination: pl.DataFrame
     needles: pl.DataFrame
     divergences: pl.DataFrame
+    equivalence: Equivalence
 
     @classmethod
-    def compute(cls, run: Run, boot: Bootstrap) -> Frames:
+    def compute(
+        cls, run: Run, boot: Bootstrap, logprob_tol: float = analysis.LOGPROB_TOL
+    ) -> Frames:
         speedup = analysis.speedup_table(run, boot=boot)
         return cls(
             arm=analysis.arm_turn_table(run, boot=boot),
             speedup=speedup,
-            summary=analysis.run_summary(run, boot=boot),
+            summary=analysis.run_summary(run, boot=boot, logprob_tol=logprob_tol),
             cross=analysis.cross_vs_same(run, boot=boot),
             cold=analysis.cold_first_turns(run, boot=boot),
             sessions=analysis.session_speedup(run, boot=boot),
@@ -92,7 +98,8 @@ class Frames:
             attribution=analysis.cache_attribution(run),
             contamination=analysis.contamination(run),
             needles=analysis.needle_grades(run),
-            divergences=analysis.divergences(run),
+            divergences=analysis.divergences(run, logprob_tol=logprob_tol),
+            equivalence=analysis.equivalence(run, logprob_tol=logprob_tol),
         )
 
 
@@ -144,29 +151,108 @@ def _correctness_problems(run: Run, f: Frames) -> list[Block]:
                 wrong, "placement", "cache", "context_tokens", "turn", "graded", "correct", "rate"
             )
         )
+    if run.probe == "equivalence":
+        return out + _equivalence_problems(f)
     diverged = f.divergences.filter(pl.col("diverged"))
     if not diverged.is_empty():
-        if run.probe == "equivalence":
-            text = f"Correctness: outputs diverged in {diverged.height} (session, turn) groups."
-        else:
-            text = (
+        out.append(
+            Paragraph(
                 f"Note: outputs differ in {diverged.height} (session, turn) groups; this is not "
                 "an equivalence run, so sampling or batching nondeterminism may explain it."
             )
-        out += [Paragraph(text, warning=run.probe == "equivalence")]
-        out.append(
-            _show(
-                diverged,
-                "placement",
-                "context_tokens",
-                "session_id",
-                "turn",
-                "n_digests",
-                "arms_differ",
-                "logprob_diff",
-            )
         )
+        out.append(_divergence_table(diverged))
     return out
+
+
+def _divergence_table(diverged: pl.DataFrame) -> Table:
+    return _show(
+        diverged,
+        "placement",
+        "context_tokens",
+        "session_id",
+        "turn",
+        "n",
+        "n_digests",
+        "arms_differ",
+        "logprob_diff",
+        "logprob_beyond_tol",
+    )
+
+
+def _diff_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _equivalence_problems(f: Frames) -> list[Block]:
+    """The equivalence probe's failures: rate and worst case first, then the groups."""
+    eq = f.equivalence
+    if eq.compared == 0:
+        return [
+            Paragraph(
+                "Equivalence: nothing to compare (no (session, turn) has two ok answers "
+                "with digests), so this run cannot show a divergence.",
+                warning=True,
+            )
+        ]
+    if eq.vacuous:
+        return [
+            Paragraph(
+                f"Equivalence probe is vacuous: all {eq.groups} (session, turn) got the same "
+                "answer, so a wrong cache could not change it. The model's outputs must "
+                "depend on the prompt.",
+                warning=True,
+            )
+        ]
+    if eq.diverged == 0 or eq.worst is None:
+        return []
+    worst = eq.worst
+    where = (
+        f"{worst['placement']}, context {worst['context_tokens']}, session "
+        f"{worst['session_id']}, turn {worst['turn']}"
+    )
+    if worst["ids_differ"]:
+        what = (
+            f"{worst['n_digests']} different answers (OFF {worst['off_digests'] or '-'}; "
+            f"ON {worst['on_digests'] or '-'})"
+        )
+    else:
+        what = "the same token ids"
+    rate = eq.rate or 0.0
+    return [
+        Paragraph(
+            f"Correctness: answers diverged in {eq.diverged} of {eq.compared} (session, turn) "
+            f"compared across cache arms and blocks. Token ids differ in {eq.ids_differ} "
+            f"(divergence rate {rate:.1%}; {eq.arms_differ} between OFF and ON); first-token "
+            f"logprobs differ by more than the tolerance {eq.logprob_tol:g} in "
+            f"{eq.logprob_beyond_tol}. Largest first-token logprob difference: "
+            f"{_diff_text(eq.max_logprob_diff)}.",
+            warning=True,
+        ),
+        Paragraph(
+            f"Worst case: {where}: {what}, first-token logprobs differ by "
+            f"{_diff_text(worst['logprob_diff'])}. Its requests:",
+            warning=True,
+        ),
+        Table(eq.worst_rows.select(WORST_ROW_COLUMNS)),
+        Paragraph("All diverged (session, turn):"),
+        _divergence_table(f.divergences.filter(pl.col("diverged"))),
+    ]
+
+
+def _equivalence_passed(run: Run, f: Frames) -> list[Block]:
+    """For equivalence runs without failures: what was compared, so a pass is not silent."""
+    eq = f.equivalence
+    if run.probe != "equivalence" or eq.diverged or eq.compared == 0 or eq.vacuous:
+        return []
+    return [
+        Paragraph(
+            f"Equivalence: answers identical across cache arms and blocks in all {eq.compared} "
+            f"(session, turn) compared ({eq.distinct_outputs} distinct answers); largest "
+            f"first-token logprob difference {_diff_text(eq.max_logprob_diff)} (tolerance "
+            f"{eq.logprob_tol:g})."
+        )
+    ]
 
 
 def _measurement_problems(run: Run, f: Frames) -> list[Block]:
@@ -215,7 +301,7 @@ def _problems(run: Run, f: Frames) -> list[Block]:
                 "errors, no block drift larger than the effect."
             )
         ]
-    return [Heading("Problems"), *found]
+    return [Heading("Problems"), *found, *_equivalence_passed(run, f)]
 
 
 def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Block]:
@@ -360,7 +446,7 @@ def _overhead(run: Run) -> list[Block]:
     return out
 
 
-def _method(run: Run, boot: Bootstrap) -> list[Block]:
+def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Block]:
     return [
         Heading("Method"),
         Bullets(
@@ -373,6 +459,11 @@ def _method(run: Run, boot: Bootstrap) -> list[Block]:
                 "arms replay the same sessions (paired), else each arm on its own.",
                 "Contamination: turn-1 cached/local/external hit tokens above "
                 f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
+                "Equivalence (probe = equivalence): per placement, session and turn, the answers "
+                "of all cache arms and blocks must have the same token ids (output_digest) and "
+                "first-token logprobs within a tolerance for batching noise "
+                f"({logprob_tol:g}); the divergence rate is the share of (session, "
+                "turn) whose token ids differ.",
                 "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
                 "its CI excludes 1, it exceeds 2%, at least 5 sessions were paired, and it is "
                 "larger than the median per-turn speedup of the placement.",
@@ -412,17 +503,26 @@ def build_blocks(
         *_headline(frames, figures, boot),
         *_details(frames, figures),
         *_overhead(run),
-        *_method(run, boot),
+        *_method(run, boot, frames.equivalence.logprob_tol),
         *_identity(run),
     ]
 
 
-def write_report(run_dir: str | Path, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Path:
-    """Write ``RUN_DIR/report/`` (see the module docstring); return the report.md path."""
+def write_report(
+    run_dir: str | Path,
+    *,
+    boot: Bootstrap = DEFAULT_BOOTSTRAP,
+    logprob_tol: float = analysis.LOGPROB_TOL,
+) -> Path:
+    """Write ``RUN_DIR/report/`` (see the module docstring); return the report.md path.
+
+    ``logprob_tol`` is the equivalence probe's tolerance on first-token logprob
+    differences (:data:`sessiongen.checks.LOGPROB_TOL`).
+    """
     run = load_run(run_dir)
     out = run.path / "report"
     out.mkdir(exist_ok=True)
-    frames = Frames.compute(run, boot)
+    frames = Frames.compute(run, boot, logprob_tol)
     figures = plots.write_figures(
         run, out, speedups=frames.speedup, arm_table=frames.arm, attribution=frames.attribution
     )

@@ -162,9 +162,8 @@ def test_correctness_needles_and_divergence(clean: analysis.Run, faulty: analysi
     ]
     assert analysis.divergence_counts(clean)["diverged"].sum() == 0
     counts = analysis.divergence_counts(faulty).filter(pl.col("diverged") > 0)
-    assert counts.select("placement", "turn", "diverged", "arms_differ").rows() == [
-        ("alternate", 4, 2, 2)
-    ]
+    columns = ("placement", "turn", "diverged", "ids_differ", "arms_differ", "logprob_beyond_tol")
+    assert counts.select(columns).rows() == [("alternate", 4, 2, 2, 2, 2)]
     assert counts["max_logprob_diff"].item() > 1.0
 
 
