@@ -13,12 +13,9 @@ stream open ``--hold`` seconds so that all bodies are in flight together).
 Prints the client's resident memory (RSS) at each stage, its peak (``ru_maxrss``),
 and what the texts and bodies account for, against the 2 GiB target.
 
-``--lean`` emulates a change proposed for ``sessions.py`` (not made there): keep each
-session's context once, already JSON-escaped as bytes, and send every turn's body as
-parts (prefix, that shared context, the turn's own tail) through ``driver.send``,
-which writes parts in order without joining them. Today each request in flight holds
-a joined message text and a serialized body, both as large as the context, beside
-the context kept since the block started: three copies instead of one.
+Bodies go out as replay sends them: in parts around each session's context, which is
+kept once as escaped JSON bytes (``sessions.Blob``), so a request in flight holds only
+its own small parts.
 """
 
 from __future__ import annotations
@@ -31,10 +28,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from sessiongen import calibrate, driver, scenario
-from sessiongen.sessions import Session, SessionBuilder, request_body
+from sessiongen.sessions import Session, SessionBuilder
 
 GIB = 2**30
 MIB = 2**20
@@ -79,56 +74,21 @@ class Tally:
             await asyncio.sleep(0.02)
 
 
-class LeanSession:
-    """The proposed shape: the context kept once as escaped JSON, bodies sent in parts.
-
-    Frozen history, no system prompt (what this benchmark's scenario uses).
-    """
-
-    def __init__(self, sc: scenario.Scenario, s: Session) -> None:
-        parts = s.builder.build_parts(s)
-        self.sc = sc
-        self.context = orjson.dumps(parts["context"])[:-1]  # '"...' without its close
-        self.questions: list[str] = parts["questions"]
-        self.answers: list[str] = parts["answers"]
-        self.turns = s.turns
-
-    def body(self, turn: int) -> list[bytes]:
-        """Turn ``turn``'s body as parts: the same JSON as the joined body today."""
-        later: list[tuple[str, str]] = []
-        for k in range(1, turn):
-            later += [("assistant", self.answers[k - 1]), ("user", self.questions[k])]
-        rest = request_body(self.sc, later)
-        tail = (
-            orjson.dumps(self.questions[0])[1:]
-            + b"}"
-            + b"".join(b"," + orjson.dumps({"role": r, "content": c}) for r, c in later)
-            + b"],"
-            + orjson.dumps({k: v for k, v in rest.items() if k != "messages"})[1:]
-        )
-        return [b'{"messages":[{"role":"user","content":', self.context, tail]
-
-
 async def run_session(
     http: Any,
     url: str,
     sc: scenario.Scenario,
-    s: Session | LeanSession,
+    s: Session,
     tally: Tally,
     hold_s: float,
 ) -> str | None:
     headers = {calibrate.DELAY_HEADER: str(hold_s), calibrate.CHUNKS_HEADER: "8"}
+    context = s.texts()["context"].json
     for turn in range(1, s.turns + 1):
-        body: bytes | list[bytes]
-        if isinstance(s, LeanSession):
-            body = s.body(turn)
-            text = 0
-            size = len(body[0]) + len(body[2])  # the shared context is not per request
-        else:
-            req = s.request(turn)
-            body = driver.serialize(req.body(sc))
-            text = sum(len(content) for _role, content in req.messages)
-            size = len(body)
+        body = s.request(turn).body_parts(sc)
+        # Bytes this request holds of its own: everything but the session's shared context.
+        size = sum(len(p) for p in body if p is not context)
+        text = 0
         tally.add(size, text, +1)
         res = await driver.send(http, url + driver.CHAT_PATH, body, extra_headers=headers)
         tally.add(size, text, -1)
@@ -138,7 +98,7 @@ async def run_session(
 
 
 async def stream_all(
-    args: argparse.Namespace, sc: scenario.Scenario, sessions: Sequence[Session | LeanSession]
+    args: argparse.Namespace, sc: scenario.Scenario, sessions: Sequence[Session]
 ) -> None:
     tally = Tally()
     sampler = asyncio.create_task(tally.sample())
@@ -171,7 +131,6 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=131072)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--hold", type=float, default=2.0, help="server delay before streaming, s")
-    ap.add_argument("--lean", action="store_true", help="emulate the proposed sessions change")
     args = ap.parse_args()
     raise_fd_limit(args.sessions + 256)
     print(f"RSS after imports: {rss() / MIB:,.0f} MiB")
@@ -190,28 +149,15 @@ def main() -> None:
     sessions = builder.sessions()
     print(f"RSS with the text generator: {rss() / MIB:,.0f} MiB")
     start = time.perf_counter()
-    if args.lean:
-        lean = [LeanSession(sc, s) for s in sessions]
-        check = lean[0].body(min(2, sc.sessions.turns))
-        expected = sessions[0].request(min(2, sc.sessions.turns)).body(sc)
-        assert orjson.loads(b"".join(check)) == expected  # the same request, in parts
-        sessions[0]._parts.clear()
-        texts = sum(len(x.context) + sum(map(len, x.questions + x.answers)) for x in lean)
-    else:
-        for s in sessions:  # as replay does before a block: every session's texts built
-            s.request(1)
-        texts = sum(
-            sum(len(x) for x in ([p] if isinstance(p, str) else p) if isinstance(x, str))
-            for s in sessions
-            for p in s._parts.values()
-            if p is not None
-        )
+    for s in sessions:  # as replay does before a block: every session's texts built
+        s.request(1)
+    texts = sum(len(s.texts()["context"].json) for s in sessions)
     print(
         f"built {len(sessions)} sessions of {args.context:,} tokens in "
-        f"{time.perf_counter() - start:.0f} s{' (lean)' if args.lean else ''}: texts "
+        f"{time.perf_counter() - start:.0f} s: contexts "
         f"{texts / MIB:,.0f} MiB; RSS {rss() / MIB:,.0f} MiB"
     )
-    asyncio.run(stream_all(args, sc, lean if args.lean else sessions))
+    asyncio.run(stream_all(args, sc, sessions))
     peak = peak_rss()
     print(
         f"RSS peak of the client (ru_maxrss): {peak / MIB:,.0f} MiB = {peak / GIB:.2f} GiB "

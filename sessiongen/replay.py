@@ -265,7 +265,7 @@ class _Run:
         for i in range(self.scenario.design.warmup_requests):
             for replica, url in enumerate(urls):
                 req = builder.warmup(f"b{ctx['block']}-r{replica}-{i}")
-                body = driver.serialize(req.body(self.scenario))
+                body = req.body_parts(self.scenario)
                 res = await driver.send(
                     http,
                     url + self.api_path,
@@ -296,7 +296,7 @@ class _Run:
                     ctx["placement"], session.index, turn, len(urls), sc.seed
                 )
                 req = session.request(turn, answers if sc.sessions.history == "live" else None)
-                body = driver.serialize(req.body(sc))
+                body = req.body_parts(sc)
                 url = urls[replica]
                 before = await metrics.snapshot(http, url) if exact_counters else None
                 res = await driver.send(

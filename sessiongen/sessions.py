@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from .errors import ScenarioError
 from .scenario import Scenario
@@ -74,9 +75,44 @@ def marker(generator: TextGenerator, salt: str, key: str) -> str:
     return "Ref" + "".join(words) + "."
 
 
+class Blob:
+    """A long text kept once, already JSON-escaped, exactly as a request body carries it.
+
+    A 128k-token context is about 0.5 MB. Keeping it as escaped bytes lets every turn's
+    body be sent as parts around it (:meth:`TurnRequest.body_parts`) instead of joining
+    a new message string and serializing a new body per request: one copy per session,
+    not three per request in flight. JSON string escaping is per character, so the
+    escaped parts concatenate to exactly what serializing the joined text gives.
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self, text: str) -> None:
+        self.json = orjson.dumps(text)[1:-1]
+
+    def text(self) -> str:
+        """The text back (slow path: generate, tests)."""
+        return str(orjson.loads(b'"' + self.json + b'"'))
+
+
+Piece = str | Blob
+
+
+def _text(piece: Piece) -> str:
+    return piece.text() if isinstance(piece, Blob) else piece
+
+
+def _escaped(piece: Piece) -> bytes:
+    return piece.json if isinstance(piece, Blob) else orjson.dumps(piece)[1:-1]
+
+
 @dataclass(frozen=True)
 class TurnRequest:
-    """One request of one session: its messages, exact counts and expected answer."""
+    """One request of one session: its messages, exact counts and expected answer.
+
+    Message contents are kept as pieces (long ones as :class:`Blob`), so a request
+    holds references to the session's texts rather than copies of them.
+    """
 
     session_id: str
     session_index: int
@@ -84,11 +120,42 @@ class TurnRequest:
     context_tokens: int
     content_tokens: int
     expected: str | None
-    messages: tuple[tuple[str, str], ...]  # (role, content)
+    segments: tuple[tuple[str, tuple[Piece, ...]], ...]  # (role, content pieces)
+
+    @property
+    def messages(self) -> tuple[tuple[str, str], ...]:
+        """(role, content) pairs with each content joined."""
+        return tuple((role, "".join(map(_text, pieces))) for role, pieces in self.segments)
 
     def body(self, scenario: Scenario) -> dict[str, Any]:
         """The exact request body replay sends for this turn."""
         return request_body(scenario, self.messages)
+
+    def body_parts(self, scenario: Scenario) -> list[bytes]:
+        """The serialized body as parts whose concatenation is ``orjson.dumps(body)``.
+
+        Long texts appear as the session's own escaped bytes, never copied.
+        """
+        if scenario.model.api == "chat":
+            groups = [pieces for _role, pieces in self.segments]
+            template = [(role, _SENTINEL % i) for i, (role, _p) in enumerate(self.segments)]
+        else:
+            groups = [tuple(p for _role, pieces in self.segments for p in pieces)]
+            template = [("user", _SENTINEL % 0)]
+        raw = orjson.dumps(request_body(scenario, template))
+        parts: list[bytes] = []
+        pos = 0
+        for i, pieces in enumerate(groups):
+            mark = (_SENTINEL % i).encode()
+            at = raw.index(mark, pos)
+            parts.append(raw[pos:at])
+            parts.extend(_escaped(p) for p in pieces)
+            pos = at + len(mark)
+        parts.append(raw[pos:])
+        return parts
+
+
+_SENTINEL = "@@sessiongen-content-%d@@"
 
 
 def request_body(scenario: Scenario, messages: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -137,7 +204,8 @@ class Session:
     def turns(self) -> int:
         return self.builder.scenario.sessions.turns
 
-    def _build(self) -> dict[str, Any]:
+    def texts(self) -> dict[str, Any]:
+        """The session's texts (system, context, questions, answers, expected), built once."""
         if not self._parts:
             self._parts = self.builder.build_parts(self)
         return self._parts
@@ -146,19 +214,19 @@ class Session:
         """Turn ``turn`` (1-based). In live mode ``answers`` are the real answers so far."""
         if not 1 <= turn <= self.turns:
             raise ValueError(f"turn {turn} outside 1..{self.turns}")
-        parts = self._build()
+        parts = self.texts()
         spec = self.builder.scenario.sessions
-        msgs: list[tuple[str, str]] = []
+        msgs: list[tuple[str, tuple[Piece, ...]]] = []
         tokens = 0
         if parts["system"] is not None:
-            msgs.append(("system", parts["system"]))
+            msgs.append(("system", (parts["system"],)))
             tokens += spec.shared_prefix_tokens
         questions = parts["questions"]
-        msgs.append(("user", parts["context"] + questions[0]))
+        msgs.append(("user", (parts["context"], questions[0])))
         tokens += self.context_tokens + spec.question_tokens
         if spec.history == "none":
             if turn > 1:
-                msgs[-1] = ("user", parts["context"] + questions[turn - 1])
+                msgs[-1] = ("user", (parts["context"], questions[turn - 1]))
         else:
             if spec.history == "frozen":
                 given = parts["answers"][: turn - 1]
@@ -169,8 +237,8 @@ class Session:
                     raise ValueError(f"live turn {turn} needs {turn - 1} answers, got {len(given)}")
                 counts = self.builder.generator.count_many(given) if given else []
             for k in range(1, turn):
-                msgs.append(("assistant", given[k - 1]))
-                msgs.append(("user", questions[k]))
+                msgs.append(("assistant", (given[k - 1],)))
+                msgs.append(("user", (questions[k],)))
             tokens += sum(counts) + (turn - 1) * spec.question_tokens
         return TurnRequest(
             session_id=self.session_id,
@@ -179,7 +247,7 @@ class Session:
             context_tokens=self.context_tokens,
             content_tokens=tokens,
             expected=parts["expected"][turn - 1],
-            messages=tuple(msgs),
+            segments=tuple(msgs),
         )
 
     def requests(self) -> Iterator[TurnRequest]:
@@ -197,7 +265,7 @@ class SessionBuilder:
         self.scenario = scenario
         self.salt = salt
         self.generator = generator or generator_for(scenario.model.tokenizer)
-        self._system: str | None = None
+        self._system: Blob | None = None
         self._check()
 
     @property
@@ -242,14 +310,14 @@ class SessionBuilder:
                 out.append(Session(self, i, f"s{i:04d}-{_label(n)}", n))
         return out
 
-    def system_prompt(self) -> str | None:
-        """The shared system prompt (same for all sessions of a run), or None."""
+    def system_prompt(self) -> Blob | None:
+        """The shared system prompt (one object for all sessions of a run), or None."""
         n = self.scenario.sessions.shared_prefix_tokens
         if n == 0:
             return None
         if self._system is None:
             rng = np.random.default_rng(_seed_of(self.scenario.seed, "system"))
-            self._system = self._exact(marker(self.generator, self.salt, "system"), n, rng)
+            self._system = Blob(self._exact(marker(self.generator, self.salt, "system"), n, rng))
         return self._system
 
     def _exact(self, head: str, n_tokens: int, rng: np.random.Generator) -> str:
@@ -274,7 +342,7 @@ class SessionBuilder:
         answers = [self._answer(rng) for _ in range(spec.turns - 1)]
         return {
             "system": self.system_prompt(),
-            "context": context,
+            "context": Blob(context),
             "questions": questions,
             "answers": answers,
             "expected": expected,
@@ -341,7 +409,7 @@ class SessionBuilder:
             context_tokens=256,
             content_tokens=256 + gen.count(question),
             expected=None,
-            messages=(("user", text + question),),
+            segments=(("user", (text, question)),),
         )
 
 

@@ -175,3 +175,40 @@ def test_too_small_context_for_needles_is_a_scenario_error() -> None:
     sc = make(count=1, turns=6, initial_context_tokens=40, probe="needle")
     with pytest.raises(ScenarioError, match=r"sessions\.initial_context_tokens"):
         sessions.SessionBuilder(sc, "x")
+
+
+@FAST
+@given(
+    api=st.sampled_from(["chat", "completions"]),
+    history=st.sampled_from(["frozen", "none", "live"]),
+    probe=st.sampled_from(["none", "needle", "equivalence"]),
+    shared=st.sampled_from([0, 120]),
+    turn=st.integers(1, 3),
+)
+def test_body_parts_concatenate_to_the_serialized_body(
+    api: str, history: str, probe: str, shared: int, turn: int
+) -> None:
+    import orjson
+
+    raw = {
+        "name": "t",
+        "model": {"api": api},
+        "sessions": {
+            "count": 1,
+            "turns": 3,
+            "initial_context_tokens": 900,
+            "history": history,
+            "probe": probe,
+            "shared_prefix_tokens": shared,
+        },
+    }
+    sc = scenario.from_dict(raw)
+    (session,) = sessions.SessionBuilder(sc, "x").sessions()
+    answers = ['quoted "answer" \\ with\nnewline é'] * (turn - 1) if history == "live" else None
+    req = session.request(turn, answers)
+    parts = req.body_parts(sc)
+    assert b"".join(parts) == orjson.dumps(req.body(sc))
+    # The context travels as the session's own escaped bytes: referenced, never copied.
+    context = session.texts()["context"].json
+    kept = next(p for p in parts if p == context)
+    assert any(kept is p for p in session.request(turn, answers).body_parts(sc))
