@@ -216,26 +216,29 @@ SPEEDUP_VALUES: dict[str, pl.DataType] = {
 }
 
 
-def speedup_table(
-    run: Run, *, extra_keys: Sequence[str] = (), boot: Bootstrap = DEFAULT_BOOTSTRAP
-) -> pl.DataFrame:
-    """Per placement, context size (and ``extra_keys``) and turn: ON/OFF speedup with a CI."""
-    keys = ["placement", "context_tokens", *extra_keys, "turn"]
-    pairable = paired_design(run)
+def _speedup_rows(
+    frame: pl.DataFrame,
+    keys: list[str],
+    pairable: set[tuple[str, int]],
+    boot: Bootstrap,
+    tag: str,
+    column: str,
+) -> list[dict[str, Any]]:
+    """Per group of ``keys``: median ``column`` OFF and ON and their ratio with a CI."""
     rows = []
-    for key, sub in partition(run.ok, keys):
+    for key, sub in partition(frame, keys):
         off = sub.filter(pl.col("cache") == "off")
         on = sub.filter(pl.col("cache") == "on")
         paired = (key["placement"], key["context_tokens"]) in pairable
-        seed = stats.stable_seed(boot.seed, "speedup", *key.values())
-        ci, units = _ratio(off, on, paired, boot, seed)
+        seed = stats.stable_seed(boot.seed, tag, *key.values())
+        ci, units = _ratio(off, on, paired, boot, seed, column=column)
         rows.append(
             {
                 **key,
                 "n_off": off.height,
                 "n_on": on.height,
-                "median_off_s": off["ttft_s"].median(),
-                "median_on_s": on["ttft_s"].median(),
+                "median_off_s": off[column].median(),
+                "median_on_s": on[column].median(),
                 "speedup": finite_or_none(ci.estimate),
                 "speedup_ci_low": finite_or_none(ci.low),
                 "speedup_ci_high": finite_or_none(ci.high),
@@ -243,6 +246,15 @@ def speedup_table(
                 "n_units": units,
             }
         )
+    return rows
+
+
+def speedup_table(
+    run: Run, *, extra_keys: Sequence[str] = (), boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> pl.DataFrame:
+    """Per placement, context size (and ``extra_keys``) and turn: ON/OFF speedup with a CI."""
+    keys = ["placement", "context_tokens", *extra_keys, "turn"]
+    rows = _speedup_rows(run.ok, keys, paired_design(run), boot, "speedup", "ttft_s")
     return frame_from_rows(rows, keys, run.requests, SPEEDUP_VALUES).sort(keys)
 
 
@@ -281,28 +293,8 @@ def session_totals(run: Run) -> pl.DataFrame:
 def session_speedup(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
     """Per placement and context: median total session time OFF vs ON (complete sessions)."""
     totals = session_totals(run).filter(pl.col("complete"))
-    pairable = paired_design(run)
-    rows = []
-    for key, sub in partition(totals, ["placement", "context_tokens"]):
-        off = sub.filter(pl.col("cache") == "off")
-        on = sub.filter(pl.col("cache") == "on")
-        paired = (key["placement"], key["context_tokens"]) in pairable
-        seed = stats.stable_seed(boot.seed, "session", *key.values())
-        ci, units = _ratio(off, on, paired, boot, seed, column="total_e2e_s")
-        rows.append(
-            {
-                **key,
-                "n_off": off.height,
-                "n_on": on.height,
-                "median_off_s": off["total_e2e_s"].median(),
-                "median_on_s": on["total_e2e_s"].median(),
-                "speedup": finite_or_none(ci.estimate),
-                "speedup_ci_low": finite_or_none(ci.low),
-                "speedup_ci_high": finite_or_none(ci.high),
-                "paired": paired,
-                "n_units": units,
-            }
-        )
+    keys = ["placement", "context_tokens"]
+    rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", "total_e2e_s")
     return frame_from_rows(rows, ["placement", "context_tokens"], totals, SPEEDUP_VALUES)
 
 
