@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import statistics
 import time
 from collections import Counter
@@ -27,11 +26,11 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from . import driver, metrics, placement, records, textgen
+from . import driver, metrics, records, runner, textgen
 from .errors import EndpointError, ScenarioError, UserError
 from .lagmon import LagMonitor
 from .scenario import Scenario
-from .sessions import Session, SessionBuilder
+from .sessions import SessionBuilder
 from .targets import EndpointsTarget, SimTarget, Target
 
 
@@ -84,11 +83,6 @@ def make_target(scenario: Scenario, opts: ReplayOptions) -> Target:
     return SimTarget(scenario)
 
 
-def _first_number(text: str) -> str | None:
-    found = re.search(r"\d+", text)
-    return found.group(0) if found else None
-
-
 class _Run:
     """State of one replay while it runs."""
 
@@ -109,11 +103,10 @@ class _Run:
         self.outcome = Outcome(self.run_dir)
         self.builders: dict[str, SessionBuilder] = {}
         self._flushing: asyncio.Future[None] | None = None
+        self._block_stats: dict[str, Any] = {"errors": 0, "ttft": []}
+        self._bar: tqdm[Any] | None = None
         self.lag = LagMonitor()
         self.t0 = time.perf_counter_ns()
-        self.api_path = (
-            driver.CHAT_PATH if scenario.model.api == "chat" else driver.COMPLETIONS_PATH
-        )
         urls = target.urls if isinstance(target, EndpointsTarget) else []
         self.generator = textgen.generator_for(
             scenario.model.tokenizer,
@@ -208,27 +201,36 @@ class _Run:
             "placement": policy,
             "cache": cache,
         }
+        spec = runner.Block(
+            self.scenario,
+            http,
+            urls,
+            ctx,
+            self.run_id,
+            self.t0,
+            self.target.time_scale,
+            self.lag,
+            self.on_row,
+        )
         try:
             await self.snapshot_all(http, urls, ctx, "before")
             sessions = self.builder(salt).sessions()
             # Build every session's texts before any request is timed, off the loop.
-            await asyncio.to_thread(lambda: [s.request(1) for s in sessions])
-            await self.warmup(http, urls, ctx, salt)
-            bar = tqdm(
+            await asyncio.to_thread(lambda: [s.texts() for s in sessions])
+            await self.warmup(spec, salt)
+            self._block_stats = {"errors": 0, "ttft": []}
+            self._bar = tqdm(
                 total=len(sessions) * self.scenario.sessions.turns,
                 desc=f"[{block + 1}] {policy} cache={cache}",
                 unit="turn",
                 disable=not self.opts.progress,
                 leave=True,
             )
-            block_stats = {"errors": 0, "ttft": []}
-            sem = asyncio.Semaphore(self.scenario.driver.concurrency)
-            tasks = [self.run_session(http, urls, ctx, s, sem, bar, block_stats) for s in sessions]
-            await asyncio.gather(*tasks)
-            bar.close()
+            await runner.run_sessions(spec, sessions, self.scenario.driver.concurrency)
+            self._bar.close()
             await self.snapshot_all(http, urls, ctx, "after")
-            info["status"] = "failed" if block_stats["errors"] else "ok"
-            info["errors"] = block_stats["errors"]
+            errors = self._block_stats["errors"]
+            info.update(status="failed" if errors else "ok", errors=errors)
         finally:
             info["ended_at"] = records.now_iso()
             info.update(await self.target.close_block())
@@ -258,119 +260,40 @@ class _Run:
                 )
         return list(snaps)
 
-    async def warmup(
-        self, http: aiohttp.ClientSession, urls: list[str], ctx: dict[str, Any], salt: str
-    ) -> None:
+    async def warmup(self, block: runner.Block, salt: str) -> None:
+        """Requests of distinct content on every replica; recorded, flagged, excluded."""
         builder = self.builder(salt)
         for i in range(self.scenario.design.warmup_requests):
-            for replica, url in enumerate(urls):
-                req = builder.warmup(f"b{ctx['block']}-r{replica}-{i}")
-                body = req.body_parts(self.scenario)
-                res = await driver.send(
-                    http,
-                    url + self.api_path,
-                    body,
-                    timeout_s=self.scenario.driver.request_timeout_s,
-                )
-                self.record(ctx, req, replica, False, True, 0.0, res, None, None)
-
-    async def run_session(
-        self,
-        http: aiohttp.ClientSession,
-        urls: list[str],
-        ctx: dict[str, Any],
-        session: Session,
-        sem: asyncio.Semaphore,
-        bar: tqdm,
-        stats: dict[str, Any],
-    ) -> None:
-        sc = self.scenario
-        arrival = time.perf_counter_ns()
-        exact_counters = sc.driver.concurrency == 1
-        async with sem:
-            queue_s = (time.perf_counter_ns() - arrival) / 1e9
-            answers: list[str] = []
-            prev: int | None = None
-            for turn in range(1, session.turns + 1):
-                replica = placement.replica_for(
-                    ctx["placement"], session.index, turn, len(urls), sc.seed
-                )
-                req = session.request(turn, answers if sc.sessions.history == "live" else None)
-                body = req.body_parts(sc)
-                url = urls[replica]
-                before = await metrics.snapshot(http, url) if exact_counters else None
-                res = await driver.send(
-                    http, url + self.api_path, body, timeout_s=sc.driver.request_timeout_s
-                )
-                after = await metrics.snapshot(http, url) if exact_counters else None
-                cross = prev is not None and prev != replica
-                self.record(ctx, req, replica, cross, False, queue_s, res, before, after)
-                queue_s = 0.0
-                bar.update(1)
-                if not res.ok:
-                    stats["errors"] += 1
-                    bar.set_postfix_str(f"errors={stats['errors']}")
-                    return
-                stats["ttft"].append(res.ttft_s)
-                if len(stats["ttft"]) % 8 == 1 or bar.n == bar.total:
-                    bar.set_postfix_str(self._postfix(stats))
-                answers.append(res.text)
-                prev = replica
-                if sc.sessions.think_time_s and turn < session.turns:
-                    await asyncio.sleep(sc.sessions.think_time_s * self.target.time_scale)
+            for replica in range(len(block.urls)):
+                req = builder.warmup(f"b{block.ctx['block']}-r{replica}-{i}")
+                res = await runner.send_turn(block, replica, req)
+                self.on_row(runner.make_row(block, req, replica, False, True, 0.0, res))
 
     def _postfix(self, stats: dict[str, Any]) -> str:
+        if not stats["ttft"]:
+            return f"errors={stats['errors']}"
         med = statistics.median(stats["ttft"]) / self.target.time_scale
         unit = "modeled s" if self.target.simulated else "s"
         return f"errors={stats['errors']} median TTFT={med:.3f} {unit}"
 
-    def record(
-        self,
-        ctx: dict[str, Any],
-        req: Any,
-        replica: int,
-        cross: bool,
-        warmup: bool,
-        queue_s: float,
-        res: driver.Result,
-        before: dict[str, float] | None,
-        after: dict[str, float] | None,
-    ) -> None:
-        row = res.row()
-        correct = None
-        if req.expected is not None and res.ok:
-            correct = _first_number(res.text) == req.expected
-        row.update(
-            {
-                "run_id": self.run_id,
-                "block": ctx["block"],
-                "block_in_placement": ctx["block_in_placement"],
-                "placement": ctx["placement"],
-                "cache": ctx["cache"],
-                "session_id": req.session_id,
-                "session_index": req.session_index,
-                "context_tokens": req.context_tokens,
-                "turn": req.turn,
-                "replica": replica,
-                "cross_replica": cross,
-                "warmup": warmup,
-                "content_tokens": req.content_tokens,
-                "queue_s": queue_s,
-                "send_s": (res.send_ns - self.t0) / 1e9,
-                "expected": req.expected,
-                "answer_correct": correct,
-                "local_hit_tokens": metrics.delta(before, after, metrics.LOCAL_HITS),
-                "external_hit_tokens": metrics.delta(before, after, metrics.EXTERNAL_HITS),
-                "loop_lag_flag": self.lag.flagged(res.send_ns, time.perf_counter_ns()),
-            }
-        )
+    def on_row(self, row: dict[str, Any]) -> None:
+        """Keep a finished request's row; count it; move the progress bar."""
         self.requests.add(row)
         if self.requests.due and (self._flushing is None or self._flushing.done()):
             self._flushing = asyncio.ensure_future(asyncio.to_thread(self.requests.flush))
-        if not warmup:
-            self.outcome.requests += 1
-            if not res.ok:
-                self.outcome.failures[res.status] += 1
+        if row["warmup"]:
+            return
+        self.outcome.requests += 1
+        stats, bar = self._block_stats, self._bar
+        if row["status"] != "ok":
+            self.outcome.failures[row["status"]] += 1
+            stats["errors"] += 1
+        else:
+            stats["ttft"].append(row["ttft_s"])
+        if bar is not None:
+            bar.update(1)
+            if len(stats["ttft"]) % 8 == 1 or bar.n == bar.total or row["status"] != "ok":
+                bar.set_postfix_str(self._postfix(stats))
 
     def finalize(self, interrupted: bool) -> None:
         self.outcome.interrupted = interrupted
