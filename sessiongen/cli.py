@@ -126,6 +126,13 @@ def generate(
 @click.option("--report/--no-report", default=True, show_default=True, help="Write the report.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes that run each block's sessions (for many hundreds of streams).",
+)
+@click.option(
     "--calibrate",
     "calibrate_first",
     is_flag=True,
@@ -139,6 +146,7 @@ def replay(
     runs_dir: str,
     report: bool,
     progress: bool,
+    workers: int,
     calibrate_first: bool,
     overrides: tuple[str, ...],
 ) -> None:
@@ -158,6 +166,7 @@ def replay(
         cache=cache,
         progress=progress,
         calibrate=calibrate_first,
+        workers=workers,
     )
     outcome = replay_mod.replay(sc, opts)
     click.echo(f"run: {outcome.run_dir}")

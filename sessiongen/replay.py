@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from . import driver, metrics, records, runner, textgen
+from . import driver, metrics, records, runner, textgen, workers
 from .errors import EndpointError, ScenarioError, UserError
 from .lagmon import LagMonitor
 from .scenario import Scenario
@@ -44,6 +44,7 @@ class ReplayOptions:
     progress: bool = True
     run_id: str | None = None
     calibrate: bool = False  # measure the client's own overhead first (manifest: calibration)
+    workers: int = 1  # processes that run a block's sessions, each with its own event loop
 
 
 @dataclass
@@ -226,7 +227,12 @@ class _Run:
                 disable=not self.opts.progress,
                 leave=True,
             )
-            await runner.run_sessions(spec, sessions, self.scenario.driver.concurrency)
+            if self.opts.workers > 1:
+                info["workers"] = await workers.run_in_workers(
+                    spec, salt, [s.index for s in sessions], self.opts.workers, self.on_row
+                )
+            else:
+                await runner.run_sessions(spec, sessions, self.scenario.driver.concurrency)
             self._bar.close()
             await self.snapshot_all(http, urls, ctx, "after")
             errors = self._block_stats["errors"]
@@ -307,6 +313,11 @@ class _Run:
 
 def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
     """Run the whole replay; returns what it produced (also when interrupted)."""
+    if opts.workers > 1 and scenario.driver.concurrency < max(2, opts.workers):
+        raise UserError(
+            f"--workers {opts.workers}: expected driver.concurrency >= {max(2, opts.workers)} "
+            "(each worker needs a stream; concurrency 1 keeps per-request counters exact)"
+        )
     target = make_target(scenario, opts)
     if isinstance(target, EndpointsTarget):
         asyncio.run(target.check())  # a one-line error before any work or any run folder
