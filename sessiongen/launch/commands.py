@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import MissingDependencyError, ScenarioError
 from ..scenario import ManagedSpec
-from .tinymodel import BUILTIN_TINY, build_tiny_model
+from .tinymodel import BUILTIN_TINY, SERVE_DTYPE, build_tiny_model
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LMCACHE_MODULE = "lmcache.cli.main"
@@ -161,11 +161,14 @@ def vllm_argv(
     Cache OFF is the same command without the connector: vLLM's own prefix cache stays on
     in both arms. ``--enable-prompt-tokens-details`` makes every response report its
     cached prompt tokens. ``dummy_weights`` adds ``--load-format dummy`` (random weights,
-    none read from disk); the fixed seed makes such replicas identical.
+    none read from disk); the fixed seed makes such replicas identical. ``builtin:tiny``
+    runs in :data:`~.tinymodel.SERVE_DTYPE` unless ``vllm_args`` choose a ``--dtype``.
     """
     argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
     if dummy_weights:
         argv += ["--load-format", "dummy", "--dtype", "bfloat16"]
+    elif spec.model == BUILTIN_TINY and not _has_flag(spec.vllm_args, ("--dtype",)):
+        argv += ["--dtype", SERVE_DTYPE]
     argv += [
         "--served-model-name",
         served_name,
