@@ -267,13 +267,21 @@ class _Run:
         return list(snaps)
 
     async def warmup(self, block: runner.Block, salt: str) -> None:
-        """Requests of distinct content on every replica; recorded, flagged, excluded."""
+        """Warm-up requests of distinct content; recorded, flagged, excluded from results.
+
+        Each warm-up prompt runs on its replica and then again on the next one, so the
+        path that serves a prefix from another replica (the shared pool, when on) is
+        warm too: a fresh LMCache's first retrievals are several times slower.
+        """
         builder = self.builder(salt)
+        n = len(block.urls)
         for i in range(self.scenario.design.warmup_requests):
-            for replica in range(len(block.urls)):
+            for replica in range(n):
                 req = builder.warmup(f"b{block.ctx['block']}-r{replica}-{i}")
-                res = await runner.send_turn(block, replica, req)
-                self.on_row(runner.make_row(block, req, replica, False, True, 0.0, res))
+                for hop, target in enumerate(dict.fromkeys([replica, (replica + 1) % n])):
+                    res = await runner.send_turn(block, target, req)
+                    row = runner.make_row(block, req, target, hop > 0, True, 0.0, res)
+                    self.on_row(row)
 
     def _postfix(self, stats: dict[str, Any]) -> str:
         if not stats["ttft"]:

@@ -46,7 +46,8 @@ def test_records_one_row_per_request_and_only_the_stated_arm(tmp_path: Path) -> 
     measured = df.filter(~pl.col("warmup"))
     assert measured.height == out.requests
     assert set(measured["cache"]) == {"on"}
-    assert df.filter(pl.col("warmup")).height == 2 * 2 * 2  # blocks x replicas x warmup_requests
+    # blocks x replicas x warmup_requests, each run on its replica and then on the other
+    assert df.filter(pl.col("warmup")).height == 2 * 2 * 2 * 2
     alt = measured.filter((pl.col("placement") == "alternate") & (pl.col("session_index") == 0))
     assert alt.sort(["block", "turn"])["replica"].to_list()[:3] == [0, 1, 0]
     assert alt.filter(pl.col("turn") > 1)["cross_replica"].all()

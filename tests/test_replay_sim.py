@@ -45,14 +45,19 @@ def test_blocks_run_in_design_order_per_placement(
     assert manifest["target"]["time_scale"] == 0.1
 
 
-def test_warmups_are_flagged_distinct_and_first(smoke: tuple[pl.DataFrame, dict[str, Any]]) -> None:
+def test_warmups_are_flagged_distinct_and_first(
+    smoke: tuple[pl.DataFrame, dict[str, Any]],
+) -> None:
     df, _ = smoke
     warm = df.filter(pl.col("warmup"))
-    assert warm.height == 8 * 2  # blocks x replicas x warmup_requests(1)
-    assert warm["session_id"].n_unique() == warm.height
+    # blocks x replicas x warmup_requests(1), each on its replica and then on the other
+    assert warm.height == 8 * 2 * 2
+    assert warm["session_id"].n_unique() == warm.height // 2
+    hops = warm.group_by(["block", "session_id"]).agg(pl.col("replica").n_unique())
+    assert (hops["replica"] == 2).all()
     for block in range(8):
         rows = df.filter(pl.col("block") == block).sort("send_s")
-        assert rows["warmup"].head(2).all() and not rows["warmup"].tail(-2).any()
+        assert rows["warmup"].head(4).all() and not rows["warmup"].tail(-4).any()
 
 
 def test_every_block_starts_cold(smoke: tuple[pl.DataFrame, dict[str, Any]]) -> None:
