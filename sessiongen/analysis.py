@@ -455,7 +455,7 @@ def console_table(run: Run) -> str:
     placements = sorted(run.requests["placement"].unique().to_list())
     contexts = sorted(run.requests["context_tokens"].unique().to_list())
     turns = sorted(run.requests["turn"].unique().to_list())
-    lines = [f"Median TTFT per turn, modeled seconds (target: {run.target_label})"]
+    lines = [f"Median TTFT per turn, {run.seconds} (target: {run.target_label})"]
     for ctx in contexts:
         if len(contexts) > 1:
             lines.append(f"context {ctx} tokens")

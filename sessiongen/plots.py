@@ -5,7 +5,8 @@ and a caption (:func:`caption`: scenario, target with SIMULATED for simulated ru
 id and date), and returns a :class:`matplotlib.figure.Figure` drawn on the Agg canvas.
 Figures are built without pyplot, so no global backend state is touched (safe in threads,
 notebooks and servers); a notebook shows them with ``display(fig)``. :func:`save_figure`
-writes PNG and SVG atomically. All times are modeled seconds.
+writes PNG and SVG atomically. Times are modeled seconds for simulated runs (measured
+seconds divided by the time scale) and measured seconds for real ones.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def caption(run: Run) -> str:
     date = str(run.manifest.get("started_at") or "")[:10] or "date unknown"
     return (
         f"scenario {run.scenario_name} | target {run.target_label} | "
-        f"run {run.run_id} | {date} | times in modeled seconds"
+        f"run {run.run_id} | {date} | times in {run.seconds}"
     )
 
 
@@ -129,7 +130,7 @@ def speedup_figure(speedups: pl.DataFrame, note: str) -> Figure:
     return fig
 
 
-def median_ttft_figure(arm_table: pl.DataFrame, note: str) -> Figure:
+def median_ttft_figure(arm_table: pl.DataFrame, note: str, unit: str = "modeled s") -> Figure:
     """Median TTFT per turn per arm with CI error bars, log axis."""
     fig, (ax,) = _figure("Median time to first token per turn", note)
     data = arm_table.filter(pl.col("median_ttft_s").is_not_null())
@@ -154,12 +155,12 @@ def median_ttft_figure(arm_table: pl.DataFrame, note: str) -> Figure:
         ax.set_yscale("log")
         ax.legend(title="arm", **OUTSIDE)
     ax.set_xlabel("turn")
-    ax.set_ylabel("median TTFT (modeled s, log scale)")
+    ax.set_ylabel(f"median TTFT ({unit}, log scale)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
 
 
-def ttft_cdf_figure(requests: pl.DataFrame, note: str) -> Figure:
+def ttft_cdf_figure(requests: pl.DataFrame, note: str, unit: str = "modeled s") -> Figure:
     """Empirical CDF of TTFT per arm over all turns (ok rows), log axis."""
     fig, (ax,) = _figure("TTFT distribution per arm (all turns)", note)
     data = requests.filter(pl.col("status") == "ok", pl.col("ttft_s") > 0)
@@ -181,7 +182,7 @@ def ttft_cdf_figure(requests: pl.DataFrame, note: str) -> Figure:
     else:
         ax.set_xscale("log")
         ax.legend(title="arm", **OUTSIDE)
-    ax.set_xlabel("TTFT (modeled s, log scale)")
+    ax.set_xlabel(f"TTFT ({unit}, log scale)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
     return fig
@@ -277,10 +278,11 @@ def write_figures(
 ) -> dict[str, Path]:
     """Draw and save the four report figures; return their PNG paths by name."""
     note = caption(run)
+    unit = "modeled s" if run.simulated else "s"
     figures = {
         "speedup": speedup_figure(speedups, note),
-        "median_ttft": median_ttft_figure(arm_table, note),
-        "ttft_cdf": ttft_cdf_figure(run.requests, note),
+        "median_ttft": median_ttft_figure(arm_table, note, unit),
+        "ttft_cdf": ttft_cdf_figure(run.requests, note, unit),
         "cache_attribution": cache_attribution_figure(attribution, note),
     }
     return {name: save_figure(fig, out_dir, name)[0] for name, fig in figures.items()}

@@ -128,8 +128,13 @@ def _header(run: Run) -> list[Block]:
             f"{m.get('started_at', '?')}, ended {m.get('ended_at', '?')}."
         ),
         Paragraph(
-            "All durations are modeled seconds: measured wall seconds divided by the time "
-            f"scale ({run.time_scale:g}). {run.requests.height} requests analysed; "
+            (
+                "All durations are modeled seconds: measured wall seconds divided by the time "
+                f"scale ({run.time_scale:g}). "
+                if run.simulated
+                else "All durations are measured seconds. "
+            )
+            + f"{run.requests.height} requests analysed; "
             f"{run.warmup_rows} warm-up requests excluded."
         ),
     ]

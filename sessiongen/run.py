@@ -61,6 +61,11 @@ class Run:
         return bool(target.get("simulated", target.get("kind") == "sim"))
 
     @property
+    def seconds(self) -> str:
+        """What durations are in: "modeled seconds" for simulated runs, else "seconds"."""
+        return "modeled seconds" if self.simulated else "seconds"
+
+    @property
     def target_label(self) -> str:
         """``SIMULATED`` for simulated targets, else the target kind."""
         kind = str(self.manifest.get("target", {}).get("kind", "?"))
