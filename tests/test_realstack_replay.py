@@ -56,6 +56,7 @@ def test_blocks_ran_on_fresh_real_pairs(
         assert sum("vllm.entrypoints.openai.api_server" in a for a in argvs) == 2
         has_connector = any("LMCacheMPConnector" in a for a in argvs)
         assert has_connector == (block["cache"] == "on")
+        assert block["model_identity"] == blocks[0]["model_identity"]  # the same weights
     assert df.height == 4 * 2 * 3
     assert (df["status"] == "ok").all()
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..scenario import Scenario
+from .commands import BUILTIN_TINY
 from .pair import ManagedPair
+from .tinymodel import tiny_model_identity
 
 
 class ManagedTarget:
@@ -52,7 +54,10 @@ class ManagedTarget:
             await asyncio.to_thread(pair.stop)
             self._pair = None
             raise
-        self._blocks.append({"cache": cache, "log_dir": str(log_dir), "processes": pair.processes})
+        block = {"cache": cache, "log_dir": str(log_dir), "processes": pair.processes}
+        if self.spec.model == BUILTIN_TINY:  # weights are generated: record which ones
+            block["model_identity"] = tiny_model_identity(Path(pair.model_arg))
+        self._blocks.append(block)
         return pair.urls
 
     async def close_block(self) -> dict[str, Any]:
