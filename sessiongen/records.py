@@ -161,10 +161,6 @@ class TableWriter:
             self._unflushed = 0
         atomic_write_parquet(self.path, frame_of(rows, self.schema))
 
-    @property
-    def rows(self) -> list[Mapping[str, Any]]:
-        return self._rows
-
 
 def new_run_id(scenario_name: str, now: datetime | None = None) -> str:
     """A run id sortable by time: ``20261130T142501Z-alt128k-3f9a``."""

@@ -82,10 +82,8 @@ class SimTarget:
             )
             self._urls = list(self._handle.urls)
         else:  # kept running between blocks: switch the arm and drop all caches
-            async with aiohttp.ClientSession() as http:
-                for url in self._urls:
-                    await _post_json(http, url + "/sim/config", {"shared_cache": shared})
-                    await _post_json(http, url + "/sim/reset", {"pool": True})
+            await asyncio.to_thread(self._handle.set_shared_cache, shared)
+            await asyncio.to_thread(self._handle.reset, True)
         return self._urls
 
     async def close_block(self) -> dict[str, Any]:
@@ -188,9 +186,3 @@ async def _get_json(http: aiohttp.ClientSession, url: str) -> Any:
             return await resp.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
-
-
-async def _post_json(http: aiohttp.ClientSession, url: str, payload: dict[str, Any]) -> None:
-    async with http.post(url, json=payload) as resp:
-        if resp.status >= 400:
-            raise EndpointError(f"{url}: HTTP {resp.status}")

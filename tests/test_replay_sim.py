@@ -125,3 +125,16 @@ def test_planted_pool_corruption_shows_as_wrong_answers(tmp_path: Path) -> None:
     assert served_by_pool.height > 0
     assert not served_by_pool["answer_correct"].any()
     assert measured.filter(pl.col("external_hit_tokens") == 0)["answer_correct"].all()
+
+
+def test_without_restarts_the_arm_is_switched_and_caches_dropped(tmp_path: Path) -> None:
+    df, manifest = run_smoke(tmp_path, "design.restart_between_blocks=false")
+    assert not any(b["restarted"] for b in manifest["blocks"])
+    measured = df.filter(~pl.col("warmup"))
+    first = measured.filter(pl.col("turn") == 1)
+    assert (first["cached_tokens"] == 0).all()  # every block starts cold all the same
+    assert (measured.filter(pl.col("cache") == "off")["external_hit_tokens"] == 0).all()
+    cross_on = measured.filter(
+        (pl.col("cache") == "on") & pl.col("cross_replica") & (pl.col("turn") == 2)
+    )
+    assert (cross_on["external_hit_tokens"] >= 1568).all()
