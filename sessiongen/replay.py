@@ -102,7 +102,7 @@ class _Run:
             self.run_dir / "metrics.parquet", records.METRICS_SCHEMA, batch=256
         )
         self.outcome = Outcome(self.run_dir)
-        self.builders: dict[str, SessionBuilder] = {}
+        self._builder: SessionBuilder | None = None
         self._flushing: asyncio.Future[None] | None = None
         self._block_stats: dict[str, Any] = {"errors": 0, "ttft": []}
         self._bar: tqdm[Any] | None = None
@@ -136,9 +136,14 @@ class _Run:
         }
 
     def builder(self, salt: str) -> SessionBuilder:
-        if salt not in self.builders:
-            self.builders[salt] = SessionBuilder(self.scenario, salt, self.generator)
-        return self.builders[salt]
+        """The sessions for ``salt``; texts are kept while blocks share the salt.
+
+        Only the current salt's builder is kept: targets that cannot restart give every
+        block its own salt, and holding each block's texts would grow with the run.
+        """
+        if self._builder is None or self._builder.salt != salt:
+            self._builder = SessionBuilder(self.scenario, salt, self.generator)
+        return self._builder
 
     def save_manifest(self) -> None:
         self.manifest["loop_lag"] = self.lag.summary()
