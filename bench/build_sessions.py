@@ -13,8 +13,9 @@ import resource
 import time
 import tracemalloc
 
-from sessiongen import scenario, sessions
-from sessiongen.textgen import default_generator
+from sessiongen import scenario
+from sessiongen.workload import sessions
+from sessiongen.workload.textgen import default_generator
 
 
 def main() -> None:

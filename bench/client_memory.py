@@ -4,7 +4,7 @@
         [--turns 2] [--hold 2.0]
 
 Replays the way ``replay`` does, against the reference server of
-:mod:`sessiongen.calibrate` (its own process, so its memory is not counted): builds
+:mod:`sessiongen.calibrate.measure` (its own process, so its memory is not counted): builds
 every session's texts first (``SessionBuilder``, as a block does before any request is
 timed), then runs all sessions at once, each turn building its request, serializing
 the body and keeping both alive while the response streams (the server holds every
@@ -28,8 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sessiongen import calibrate, driver, scenario
-from sessiongen.sessions import Session, SessionBuilder
+from sessiongen import calibrate, scenario
+from sessiongen.client import driver
+from sessiongen.workload.sessions import Session, SessionBuilder
 
 GIB = 2**30
 MIB = 2**20

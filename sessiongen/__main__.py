@@ -1,5 +1,5 @@
 """``python -m sessiongen``."""
 
-from .cli import main
+from sessiongen.cli import main
 
 main()

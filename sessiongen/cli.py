@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
-from . import __version__
-from . import scenario as scenario_mod
-from .errors import RunFailedError, UserError
+from sessiongen import __version__
+from sessiongen import scenario as scenario_mod
+from sessiongen.errors import RunFailedError, UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,7 +94,7 @@ def generate(
     (the exact request body replay sends). Frozen and no-history modes only: live
     history depends on the server's answers.
     """
-    from .generate import write_jsonl
+    from sessiongen.workload.generate import write_jsonl
 
     sc = load_scenario(scenario_file, overrides)
     stats = write_jsonl(sc, salt, Path(output), server_url=server)
@@ -157,7 +157,7 @@ def replay(
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
     Exit status 1 when any request failed, 130 when interrupted.
     """
-    from . import replay as replay_mod
+    from sessiongen import replay as replay_mod
 
     sc = load_scenario(scenario_file, overrides)
     opts = replay_mod.ReplayOptions(
@@ -181,8 +181,8 @@ def replay(
 
 def _summarize(run_dir: Path, report: bool) -> None:
     """Print the per-turn table and write the report."""
-    from . import analysis
-    from . import report as report_mod
+    from sessiongen import analysis
+    from sessiongen import report as report_mod
 
     click.echo(analysis.console_table(analysis.load_run(run_dir)))
     if report:
@@ -193,7 +193,7 @@ def _summarize(run_dir: Path, report: bool) -> None:
 @click.argument("run_dir", type=click.Path(file_okay=False))
 def report(run_dir: str) -> None:
     """Write RUN_DIR/report/: report.md, report.html, summary.csv and plots (PNG, SVG)."""
-    from . import report as report_mod
+    from sessiongen import report as report_mod
 
     click.echo(f"report: {report_mod.write_report(Path(run_dir))}")
 
@@ -217,7 +217,7 @@ def compare(run_a: str, run_b: str, threshold: float, alpha: float, force: bool)
     corrected across cells); a regression needs both significance and a slowdown
     beyond --threshold.
     """
-    from . import analysis
+    from sessiongen import analysis
 
     result = analysis.compare_runs(
         analysis.load_run(Path(run_a)),
@@ -263,9 +263,9 @@ def sim_serve(
     """
     import logging
 
-    from . import schema
-    from .sim.process import serve
-    from .sim.profile import SimProfile
+    from sessiongen.scenario import schema
+    from sessiongen.scenario.simprofile import SimProfile
+    from sessiongen.sim.process import serve
 
     raw = schema.apply_overrides({}, [o.removeprefix("target.sim.") for o in overrides])
     raw.update({"replicas": replicas, "time_scale": time_scale})
@@ -303,7 +303,7 @@ STATE_DIR_OPTION = click.option(
 @set_option
 def pair_up(scenario_file: str, cache: str, state_dir: str, overrides: tuple[str, ...]) -> None:
     """Start the managed pair of SCENARIO_FILE ([target.managed]) and leave it running."""
-    from .launch.state import pair_up as up
+    from sessiongen.launch.state import pair_up as up
 
     sc = load_scenario(scenario_file, overrides)
     state = up(sc, Path(state_dir), cache_on=cache == "on")
@@ -316,7 +316,7 @@ def pair_up(scenario_file: str, cache: str, state_dir: str, overrides: tuple[str
 @STATE_DIR_OPTION
 def pair_down(state_dir: str) -> None:
     """Stop the pair recorded in --state-dir (every process group, no orphans)."""
-    from .launch.state import pair_down as down
+    from sessiongen.launch.state import pair_down as down
 
     lines = down(Path(state_dir))
     for line in lines or ["no pair recorded"]:
@@ -327,7 +327,7 @@ def pair_down(state_dir: str) -> None:
 @STATE_DIR_OPTION
 def pair_status(state_dir: str) -> None:
     """Show each recorded process: alive, healthy, port, log."""
-    from .launch.state import pair_status as status
+    from sessiongen.launch.state import pair_status as status
 
     rows = status(Path(state_dir))
     if not rows:
@@ -361,7 +361,7 @@ WINDOW_OPTION = click.option(
 @STORE_OPTION
 def trend_add(run_dirs: tuple[str, ...], store: str) -> None:
     """Add the summaries of RUN_DIRS to the store (adding a run twice changes nothing)."""
-    from . import trend as trend_mod
+    from sessiongen import trend as trend_mod
 
     added = trend_mod.trend_add([Path(d) for d in run_dirs], Path(store))
     click.echo(f"added {len(added)} of {len(run_dirs)} runs to {store}")
@@ -400,7 +400,7 @@ def trend_check(
     lasted at least --min-nights nights; correctness divergences and contamination
     count at any size.
     """
-    from . import trend as trend_mod
+    from sessiongen import trend as trend_mod
 
     result = trend_mod.trend_check(
         Path(store),
@@ -420,7 +420,7 @@ def trend_check(
 @WINDOW_OPTION
 def trend_plot(store: str, out: str, window: int) -> None:
     """One PNG per headline series with its detected levels and shifts."""
-    from . import trend as trend_mod
+    from sessiongen import trend as trend_mod
 
     for path in trend_mod.trend_plot(Path(store), Path(out), window=window):
         click.echo(str(path))
@@ -438,7 +438,7 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
 
     Exit 1 on a regression or a failed run, 0 otherwise. See nightly/example.toml.
     """
-    from .nightly import run_nightly
+    from sessiongen.trend.nightly import run_nightly
 
     result = run_nightly(Path(config), Path(store), Path(runs_dir), progress=progress)
     click.echo(f"summary: {result.summary}")
@@ -466,7 +466,7 @@ def calibrate_cmd(
     driver, the loopback and parsing add. Load defaults to SCENARIO_FILE's concurrency
     and turn-1 body size (64 streams of 0.5 MiB without a scenario).
     """
-    from .calibrate import calibrate, scenario_load
+    from sessiongen.calibrate.measure import calibrate, scenario_load
 
     conc, body = 64, 512 * 1024
     if scenario_file:

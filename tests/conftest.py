@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from aiohttp.test_utils import TestServer
 
-from sessiongen.sim.profile import SimProfile
+from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.server import make_apps
 
 SimServers = Callable[..., Awaitable[list[TestServer]]]

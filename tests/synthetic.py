@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sessiongen import records, scenario
+from sessiongen import scenario
+from sessiongen.records import io as records
 
 QUESTION_TOKENS = 55
 ANSWER_TOKENS = 200

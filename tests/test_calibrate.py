@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from sessiongen import calibrate, driver, scenario
+from sessiongen import scenario
+from sessiongen.calibrate import measure as calibrate
+from sessiongen.client import driver
 
 
 @pytest.fixture(scope="module")

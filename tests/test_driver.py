@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
-from sessiongen import driver, http1
+from sessiongen.client import driver, http1
 from tests.fakeserver import make_app
 
 BODY = driver.serialize({"model": "sim-27b", "messages": [{"role": "user", "content": "hi"}]})

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sessiongen import driver
-from sessiongen.lagmon import LagMonitor
+from sessiongen.client import driver
+from sessiongen.client.lagmon import LagMonitor
 from tests.fakeserver import make_app
 
 MS = 1_000_000
@@ -58,7 +58,7 @@ def test_lags_over_the_threshold_are_warned_about_but_not_every_one(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     mon = LagMonitor(warn_every_s=10.0)
-    with caplog.at_level(logging.WARNING, logger="sessiongen.lagmon"):
+    with caplog.at_level(logging.WARNING, logger="sessiongen.client.lagmon"):
         mon.record(0, 25 * MS)
         mon.record(25 * MS, 50 * MS)  # within 10 s of the first warning: counted, not logged
         mon.record(20_000 * MS, 20_020 * MS)

@@ -26,7 +26,7 @@ from sessiongen.errors import EndpointError, MissingDependencyError, ScenarioErr
 from sessiongen.launch import commands, net, procs, state
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.procs import ProcessRecord
-from sessiongen.scenario import ManagedSpec
+from sessiongen.scenario.spec import ManagedSpec
 
 FAKE_SERVER = textwrap.dedent(
     """
@@ -276,7 +276,7 @@ import sys
 from pathlib import Path
 from sessiongen.launch import commands
 from sessiongen.launch.pair import ManagedPair
-from sessiongen.scenario import ManagedSpec
+from sessiongen.scenario.spec import ManagedSpec
 
 commands.require_stack = lambda cache_on: None
 spec = ManagedSpec(model=sys.argv[3], startup_timeout_s=120, env={"FAKE_MODE": sys.argv[4]})

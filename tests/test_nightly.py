@@ -3,21 +3,20 @@ simulated pair over six nights with a planted slowdown."""
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
-import sys
 import textwrap
-import types
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from sessiongen import nightly, replay, schema, trend
+from sessiongen import replay, trend
 from sessiongen.errors import EndpointError, ScenarioError
-from sessiongen.scenario import Scenario
+from sessiongen.scenario import schema
+from sessiongen.scenario.spec import Scenario
+from sessiongen.trend import nightly
 from tests.synthetic import SyntheticSpec, write_run
 from tests.trend_history import Night, write_history
 
@@ -181,7 +180,7 @@ class StandIn:
 @pytest.fixture
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandIn:
     fake = StandIn()
-    monkeypatch.setattr(replay, "replay", fake)
+    monkeypatch.setattr(nightly, "replay", fake)
     return fake
 
 
@@ -255,7 +254,7 @@ def test_interrupt_stops_the_suite(tmp_path: Path, stand_in: StandIn) -> None:
     assert "INTERRUPTED" in result.summary.read_text()
 
 
-def test_reports_are_written_when_the_report_module_exists(
+def test_each_run_gets_its_report(
     tmp_path: Path, stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     written: list[Path] = []
@@ -264,10 +263,7 @@ def test_reports_are_written_when_the_report_module_exists(
         written.append(run_dir)
         return run_dir / "report.md"
 
-    module = types.ModuleType("sessiongen.report")
-    module.__spec__ = importlib.machinery.ModuleSpec("sessiongen.report", None)
-    module.write_report = write_report  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sessiongen.report", module)
+    monkeypatch.setattr(nightly, "write_report", write_report)
     result = nightly.run_nightly(suite(tmp_path, "smoke"), tmp_path / "store", tmp_path / "runs")
     assert written == [result.runs[0].run_dir]
     assert result.runs[0].report == result.runs[0].run_dir / "report.md"  # type: ignore[operator]

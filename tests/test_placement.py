@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessiongen import placement
+from sessiongen.replay import placement
 
 
 def test_alternate_moves_every_turn_and_spreads_sessions() -> None:

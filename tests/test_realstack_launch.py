@@ -33,9 +33,9 @@ from sessiongen.launch.tinymodel import (
     build_tiny_model,
     tiny_model_identity,
 )
-from sessiongen.scenario import ManagedSpec
-from sessiongen.textgen import default_generator
-from sessiongen.tokenize import cl100k
+from sessiongen.scenario.spec import ManagedSpec
+from sessiongen.workload.textgen import default_generator
+from sessiongen.workload.tokenize import cl100k
 
 pytestmark = [
     pytest.mark.realstack,

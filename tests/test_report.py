@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from sessiongen import report
-from sessiongen.plots import FIGURE_NAMES
+from sessiongen.report.plots import FIGURE_NAMES
 from tests.synthetic import SyntheticSpec, with_changes, write_run
 
 FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=2, failing_sessions=1)
@@ -50,7 +50,7 @@ def test_summary_csv_matches_requests_parquet(faulty_report: Path) -> None:
     run_dir = faulty_report.parent.parent
     rows = _csv(run_dir / "report" / "summary.csv")
     assert list(rows[0]) == list(report.SUMMARY_COLUMNS)
-    # Recompute from the raw records, independently of sessiongen.analysis.
+    # Recompute from the raw records, independently of sessiongen.analysis.latency.
     raw = pl.read_parquet(run_dir / "requests.parquet")
     ok = raw.filter(~pl.col("warmup"), pl.col("status") == "ok")
     med = ok.group_by("placement", "cache", "turn").agg(

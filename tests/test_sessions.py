@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessiongen import scenario, sessions
-from sessiongen.tokenize import cl100k
+from sessiongen import scenario
+from sessiongen.workload import sessions
+from sessiongen.workload.tokenize import cl100k
 
 ENC = cl100k()
 

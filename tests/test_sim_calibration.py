@@ -12,8 +12,12 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
+from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import model
-from sessiongen.sim.calibration import (
+from sessiongen.sim.output import word_ids
+from sessiongen.workload.tokenize import cl100k
+from tests.conftest import SimServers
+from tests.support.study import (
     PROBES,
     STUDY_TTFT_S,
     calibration_table,
@@ -21,10 +25,6 @@ from sessiongen.sim.calibration import (
     probe_prompts,
     probe_ttft,
 )
-from sessiongen.sim.output import word_ids
-from sessiongen.sim.profile import SimProfile
-from sessiongen.tokenize import cl100k
-from tests.conftest import SimServers
 
 TOLERANCE = 0.10
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
-from sessiongen.sessions import NEEDLE_FACT, NEEDLE_QUESTION
-from sessiongen.sim.profile import SimProfile
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.workload.sessions import NEEDLE_FACT, NEEDLE_QUESTION
 from tests.conftest import SimServers
 
 MODEL = "sim-27b"

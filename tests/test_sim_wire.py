@@ -10,7 +10,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
-from sessiongen.sim.profile import SimProfile
+from sessiongen.scenario.simprofile import SimProfile
 from tests.conftest import SimServers
 
 MODEL = "sim-27b"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sessiongen import stats
+from sessiongen.analysis import stats
 
 TRUE_MEDIAN = 2.0  # lognormal(mu=ln 2, sigma) has median exactly 2
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sessiongen import stepdetect as sd
+from sessiongen.trend import stepdetect as sd
 
 NOISE = 0.05  # 5% per night, on the log scale
 

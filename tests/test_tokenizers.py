@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sessiongen import scenario, sessions, textgen
+from sessiongen import scenario
 from sessiongen.errors import ScenarioError
+from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.process import start_sim
-from sessiongen.sim.profile import SimProfile
-from sessiongen.tokenize import HFTokenizer, ServerTokenizer
+from sessiongen.workload import sessions, textgen
+from sessiongen.workload.tokenize import HFTokenizer, ServerTokenizer
 
 
 @functools.cache

@@ -8,8 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sessiongen import analysis, records, trend
+from sessiongen import analysis, trend
 from sessiongen.errors import RunDirError, UserError
+from sessiongen.records import io as records
 from tests.synthetic import SyntheticSpec, write_run
 from tests.trend_history import (
     SUMMARY_SCHEMA,

@@ -11,7 +11,7 @@ import pytest
 
 from sessiongen import replay, scenario
 from sessiongen.errors import UserError
-from sessiongen.workers import split_concurrency
+from sessiongen.replay.workers import split_concurrency
 from tests.fakeserver import ThreadServer, make_app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Synthetic nightly histories written straight into a trend store (no replay needed).
 
-Each night is a frame shaped like :func:`sessiongen.analysis.run_summary` with known
+Each night is a frame shaped like :func:`sessiongen.analysis.latency.run_summary` with known
 levels: median TTFT per (placement, cache, context, turn) times lognormal night noise,
 its 95% interval consistent with that noise, and the speedup OFF/ON likewise. A
 :class:`Night` plants effects: a slowdown of some cells, a speedup change, counts.

@@ -1,6 +1,6 @@
 """The exact command lines and environments of the managed servers.
 
-Pure functions of the :class:`~sessiongen.scenario.ManagedSpec` plus the ports chosen, so
+Pure functions of the :class:`~sessiongen.scenario.spec.ManagedSpec` plus the ports chosen, so
 that what a run manifest records is what was started. The recipe is the one verified on
 CPU in ``real-stack.md``; on GPUs it is the same with the ``vllm`` package.
 
@@ -21,9 +21,9 @@ import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import MissingDependencyError, ScenarioError
-from ..scenario import ManagedSpec
-from .tinymodel import BUILTIN_TINY, SERVE_DTYPE, build_tiny_model
+from sessiongen.errors import MissingDependencyError, ScenarioError
+from sessiongen.launch.tinymodel import BUILTIN_TINY, SERVE_DTYPE, build_tiny_model
+from sessiongen.scenario.spec import ManagedSpec
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LMCACHE_MODULE = "lmcache.cli.main"

@@ -24,10 +24,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ..errors import EndpointError
-from ..scenario import ManagedSpec
-from . import commands, net, procs
-from .procs import ProcessRecord
+from sessiongen.errors import EndpointError
+from sessiongen.launch import commands, net, procs
+from sessiongen.launch.procs import ProcessRecord
+from sessiongen.scenario.spec import ManagedSpec
 
 STATE_SCHEMA = 1
 _POLL_S = 0.5

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import EndpointError, RunDirError, ScenarioError
-from ..scenario import Scenario
-from . import net, procs
-from .pair import STATE_SCHEMA, ManagedPair
-from .procs import ProcessRecord
+from sessiongen.errors import EndpointError, RunDirError, ScenarioError
+from sessiongen.launch import net, procs
+from sessiongen.launch.pair import STATE_SCHEMA, ManagedPair
+from sessiongen.launch.procs import ProcessRecord
+from sessiongen.scenario.spec import Scenario
 
 STATE_NAME = "pair.json"
 LOG_SUBDIR = "logs"

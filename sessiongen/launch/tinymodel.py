@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingDependencyError
-from ..tokenize import TiktokenTokenizer
+from sessiongen.errors import MissingDependencyError
+from sessiongen.workload.tokenize import TiktokenTokenizer
 
 BUILTIN_TINY = "builtin:tiny"
 """The ``target.managed.model`` value that selects this model."""

@@ -1,6 +1,6 @@
 """The embedded simulated replica pair: a vLLM-like server with a shared-cache model.
 
-Public entry points (imported lazily so that ``sessiongen.sim.profile`` stays light for
+Public entry points (imported lazily so that ``sessiongen.scenario.simprofile`` stays light for
 the scenario schema):
 
 - ``start_sim(profile, model_name, shared_cache) -> SimHandle``: replicas in a
@@ -15,22 +15,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .profile import SimProfile
+from sessiongen.scenario.simprofile import SimProfile
 
 if TYPE_CHECKING:
-    from .process import SimHandle, serve, start_sim
-    from .server import make_apps
+    from sessiongen.sim.process import SimHandle, serve, start_sim
+    from sessiongen.sim.server import make_apps
 
 __all__ = ["SimHandle", "SimProfile", "make_apps", "serve", "start_sim"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("SimHandle", "serve", "start_sim"):
-        from . import process
+        from sessiongen.sim import process
 
         return getattr(process, name)
     if name == "make_apps":
-        from .server import make_apps
+        from sessiongen.sim.server import make_apps
 
         return make_apps
     raise AttributeError(f"module 'sessiongen.sim' has no attribute {name!r}")

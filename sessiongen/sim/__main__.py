@@ -21,10 +21,10 @@ import os
 import sys
 from typing import Any
 
-from ..errors import UserError
-from ..schema import apply_overrides, build
-from .process import serve
-from .profile import SimProfile
+from sessiongen.errors import UserError
+from sessiongen.scenario.schema import apply_overrides, build
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.process import serve
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import output
-from .cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
-from .metrics import ReplicaMetrics
-from .model import Timing, request_timing
-from .profile import SimProfile
-from .prompt import PromptTokenizer
-from .wire import Api, BadRequest, GenRequest, parse_generation
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim import output
+from sessiongen.sim.cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
+from sessiongen.sim.metrics import ReplicaMetrics
+from sessiongen.sim.model import Timing, request_timing
+from sessiongen.sim.prompt import PromptTokenizer
+from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -163,7 +163,7 @@ class World:
 
     def config(self) -> dict[str, Any]:
         """The current configuration, as ``GET /sim/config`` reports it."""
-        from ..schema import to_plain
+        from sessiongen.scenario.schema import to_plain
 
         return {
             "shared_cache": self.shared_cache,

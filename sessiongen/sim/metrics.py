@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .. import __version__
+from sessiongen import __version__
 
 # vLLM's buckets for time to first token (seconds).
 TTFT_BUCKETS = (

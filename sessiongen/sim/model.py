@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .profile import SimProfile
+from sessiongen.scenario.simprofile import SimProfile
 
 
 def prefill_s(profile: SimProfile, uncached: int, cached: int) -> float:

@@ -6,7 +6,7 @@ every replica and in every cache state, which is what equivalence checks compare
 requests (temperature 0) ignore the seed; sampled requests without a seed take a fresh
 key from a counter. Logprobs are hash-derived too.
 
-When the prompt asks a needle question (``sessiongen.sessions.answer_needle``), the
+When the prompt asks a needle question (``sessiongen.workload.sessions.answer_needle``), the
 output begins with the planted answer, as a healthy model would answer. With the
 profile's ``pool_corruption`` probability a request served partly from the pool is
 *corrupted* (chosen by a hash of its prompt): other words, and a wrong needle answer.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import tiktoken
 
-from ..tokenize import TiktokenTokenizer, cl100k
+from sessiongen.workload.tokenize import TiktokenTokenizer, cl100k
 
 _WORD_COUNT = 2000
 _U64 = np.uint64
@@ -177,9 +177,9 @@ def token_bytes(token_id: int) -> list[int]:
 
 
 def needle_answerer() -> Callable[[str], str | None]:
-    """``sessiongen.sessions.answer_needle`` if available, else a function that never answers."""
+    """``sessiongen.workload.sessions.answer_needle``, else a function that never answers."""
     try:
-        from ..sessions import answer_needle
+        from sessiongen.workload.sessions import answer_needle
     except ImportError:  # pragma: no cover - the session builder ships with the package
         return lambda _text: None
     return answer_needle

@@ -32,11 +32,11 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from ..errors import EndpointError
-from ..schema import to_plain
-from .engine import World
-from .profile import SimProfile
-from .server import build_app
+from sessiongen.errors import EndpointError
+from sessiongen.scenario.schema import to_plain
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.engine import World
+from sessiongen.sim.server import build_app
 
 log = logging.getLogger("sessiongen.sim")
 

@@ -23,12 +23,12 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import __version__
-from .engine import Admission, Job, Replica, World
-from .model import itl_s
-from .output import Output
-from .profile import SimProfile
-from .wire import Api, BadRequest, Responder, error_body
+from sessiongen import __version__
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.engine import Admission, Job, Replica, World
+from sessiongen.sim.model import itl_s
+from sessiongen.sim.output import Output
+from sessiongen.sim.wire import Api, BadRequest, Responder, error_body
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -276,7 +276,7 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 def _tokenize_body(world: World, body: dict[str, Any]) -> list[int]:
-    from .wire import parse_generation
+    from sessiongen.sim.wire import parse_generation
 
     if "messages" in body:
         req = parse_generation({**body, "model": world.model_name}, "chat")

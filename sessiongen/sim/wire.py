@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .output import Output, token_bytes, token_text
+from sessiongen.sim.output import Output, token_bytes, token_text
 
 Api = Literal["chat", "completions"]
 MAX_TOP_LOGPROBS = 20

@@ -1,0 +1,476 @@
+"""Latency analysis of a run: per-turn medians, ON/OFF speedups, sessions and block drift.
+
+The package :mod:`sessiongen.analysis` re-exports this module's public names, with
+:func:`load_run` (:mod:`sessiongen.records.run`), the checks
+(:mod:`sessiongen.analysis.checks`) and :func:`compare_runs`
+(:mod:`sessiongen.analysis.compare`).
+
+Definitions (the README links here)
+-----------------------------------
+- **Modeled seconds.** Every duration is in modeled seconds, ``measured /
+  manifest["target"]["time_scale"]`` (converted at load, see :mod:`sessiongen.records.run`).
+- **Rows used.** Warm-up rows are dropped; rows whose ``status`` is not ``"ok"`` are
+  counted as ``errors`` per arm and turn and left out of every latency statistic.
+- **Arm** = placement policy x cache (``off``/``on``). Frames always carry
+  ``context_tokens`` as a grouping key (one value for most runs; displays drop it then).
+- **Speedup** = median TTFT(OFF) / median TTFT(ON) per placement, context size and turn.
+  Its interval is a seeded percentile bootstrap (:mod:`sessiongen.analysis.stats`). When both arms
+  of a placement replay the same sessions (the OFF, ON, ON, OFF design does), sessions
+  are resampled as units, with all their blocks, in both arms at once (paired); otherwise
+  each arm is resampled on its own (independent). The ``paired`` column says which.
+- **Per-arm intervals** (median and p90 TTFT) resample requests independently.
+- **Block drift** = for each arm with two or more blocks (OFF, ON, ON, OFF), the median of
+  the per-(session, turn) ratios last block / first block, with a session-resampled
+  bootstrap interval. It is *flagged* when the interval excludes 1, the drift exceeds
+  ``min_drift`` (2%), at least ``min_units`` (5) sessions were paired, and ``|log
+  drift| > |log effect|``, where the effect is the median of that placement's per-turn
+  speedups. Requiring the interval keeps noise alone from flagging placements whose
+  effect is near 1 (e.g. ``fixed``).
+- **Contamination, attribution, correctness**: see :mod:`sessiongen.analysis.checks`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from sessiongen.analysis import stats
+from sessiongen.analysis.checks import (
+    LOGPROB_TOL,
+    Equivalence,
+    cache_attribution,
+    contamination,
+    contamination_expr,
+    divergence_counts,
+    divergences,
+    equivalence,
+    needle_grades,
+)
+from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.records.run import (
+    ARM_KEYS,
+    CELL_KEYS,
+    Run,
+    drop_single_context,
+    finite_or_none,
+    frame_from_rows,
+    latest_run,
+    load_run,
+    partition,
+    resolve_run_dir,
+    sample,
+)
+
+__all__ = [
+    "LOGPROB_TOL",
+    "Bootstrap",
+    "Comparison",
+    "Equivalence",
+    "Run",
+    "arm_turn_table",
+    "block_drift",
+    "cache_attribution",
+    "cold_first_turns",
+    "compare_runs",
+    "console_table",
+    "contamination",
+    "contamination_expr",
+    "cross_vs_same",
+    "divergence_counts",
+    "divergences",
+    "drop_single_context",
+    "equivalence",
+    "latest_run",
+    "load_run",
+    "needle_grades",
+    "paired_design",
+    "resolve_run_dir",
+    "run_identity",
+    "run_summary",
+    "session_speedup",
+    "session_totals",
+    "speedup_table",
+]
+
+
+def _unit_matrix(frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s") -> np.ndarray:
+    """Values per session as a units x values matrix, NaN-padded (for paired resampling)."""
+    grouped = frame.group_by("session_index").agg(pl.col(column).drop_nulls())
+    by_unit = dict(zip(grouped["session_index"].to_list(), grouped[column].to_list(), strict=True))
+    width = max((len(v) for v in by_unit.values()), default=1) or 1
+    mat = np.full((len(units), width), np.nan)
+    for i, unit in enumerate(units):
+        vals = by_unit.get(unit, [])
+        mat[i, : len(vals)] = vals
+    return mat
+
+
+def arm_turn_table(
+    run: Run, *, extra_keys: Sequence[str] = (), boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> pl.DataFrame:
+    """Per arm, context size (and ``extra_keys``) and turn: counts, TTFT median and p90 with CIs."""
+    keys = [*ARM_KEYS, "context_tokens", *extra_keys, "turn"]
+    counts = (
+        run.requests.with_columns(contamination_expr(run).alias("_contaminated"))
+        .group_by(keys)
+        .agg(
+            n=((pl.col("status") == "ok") & pl.col("ttft_s").is_not_null()).sum(),
+            errors=(pl.col("status") != "ok").sum(),
+            contamination=pl.col("_contaminated").sum(),
+        )
+    )
+    rows = []
+    for key, sub in partition(run.ok, keys):
+        ttft = sample(sub)
+        seed = stats.stable_seed(boot.seed, "arm", *key.values())
+        opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
+        med = stats.bootstrap_quantile(ttft, 0.5, **opts)
+        p90 = stats.bootstrap_quantile(ttft, 0.9, **opts)
+        rows.append(
+            {
+                **key,
+                "median_ttft_s": med.estimate,
+                "ci_low_s": med.low,
+                "ci_high_s": med.high,
+                "p90_ttft_s": p90.estimate,
+                "p90_ci_low_s": p90.low,
+                "p90_ci_high_s": p90.high,
+                "median_ttfb_s": sub["ttfb_s"].median(),
+                "median_e2e_s": sub["e2e_s"].median(),
+                "median_queue_s": sub["queue_s"].median(),
+            }
+        )
+    names = [
+        "median_ttft_s",
+        "ci_low_s",
+        "ci_high_s",
+        "p90_ttft_s",
+        "p90_ci_low_s",
+        "p90_ci_high_s",
+        "median_ttfb_s",
+        "median_e2e_s",
+        "median_queue_s",
+    ]
+    values = frame_from_rows(rows, keys, run.requests, {n: pl.Float64() for n in names})
+    return counts.join(values, on=keys, how="left", nulls_equal=True).sort(keys)
+
+
+def paired_design(run: Run) -> set[tuple[str, int]]:
+    """(placement, context_tokens) whose OFF and ON arms hold the same sessions."""
+    sessions = (
+        run.requests.filter(pl.col("session_index").is_not_null())
+        .group_by("placement", "context_tokens", "cache")
+        .agg(pl.col("session_index").unique().sort())
+    )
+    by_arm = {
+        (r["placement"], r["context_tokens"], r["cache"]): r["session_index"]
+        for r in sessions.iter_rows(named=True)
+    }
+    nulls = run.requests.filter(pl.col("session_index").is_null())
+    unpairable = set(
+        zip(nulls["placement"].to_list(), nulls["context_tokens"].to_list(), strict=True)
+    )
+    return {
+        (p, c)
+        for (p, c, cache), units in by_arm.items()
+        if cache == "off"
+        and units
+        and by_arm.get((p, c, "on")) == units
+        and (p, c) not in unpairable
+    }
+
+
+def _ratio(
+    off: pl.DataFrame,
+    on: pl.DataFrame,
+    paired: bool,
+    boot: Bootstrap,
+    seed: list[int],
+    column: str = "ttft_s",
+) -> tuple[stats.Interval, int]:
+    """Median(off) / median(on) with its interval, and the number of resampled units."""
+    opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
+    if paired:
+        units = sorted(set(off["session_index"].to_list()) | set(on["session_index"].to_list()))
+        a, b = _unit_matrix(off, units, column), _unit_matrix(on, units, column)
+        ci = stats.bootstrap_ratio(a, b, paired=True, **opts)
+    else:
+        ci = stats.bootstrap_ratio(sample(off, column), sample(on, column), **opts)
+    return ci, ci.n
+
+
+SPEEDUP_VALUES: dict[str, pl.DataType] = {
+    "n_off": pl.Int64(),
+    "n_on": pl.Int64(),
+    "median_off_s": pl.Float64(),
+    "median_on_s": pl.Float64(),
+    "speedup": pl.Float64(),
+    "speedup_ci_low": pl.Float64(),
+    "speedup_ci_high": pl.Float64(),
+    "paired": pl.Boolean(),
+    "n_units": pl.Int64(),
+}
+
+
+def _speedup_rows(
+    frame: pl.DataFrame,
+    keys: list[str],
+    pairable: set[tuple[str, int]],
+    boot: Bootstrap,
+    tag: str,
+    column: str,
+) -> list[dict[str, Any]]:
+    """Per group of ``keys``: median ``column`` OFF and ON and their ratio with a CI."""
+    rows = []
+    for key, sub in partition(frame, keys):
+        off = sub.filter(pl.col("cache") == "off")
+        on = sub.filter(pl.col("cache") == "on")
+        paired = (key["placement"], key["context_tokens"]) in pairable
+        seed = stats.stable_seed(boot.seed, tag, *key.values())
+        ci, units = _ratio(off, on, paired, boot, seed, column=column)
+        rows.append(
+            {
+                **key,
+                "n_off": off.height,
+                "n_on": on.height,
+                "median_off_s": off[column].median(),
+                "median_on_s": on[column].median(),
+                "speedup": finite_or_none(ci.estimate),
+                "speedup_ci_low": finite_or_none(ci.low),
+                "speedup_ci_high": finite_or_none(ci.high),
+                "paired": paired,
+                "n_units": units,
+            }
+        )
+    return rows
+
+
+def speedup_table(
+    run: Run, *, extra_keys: Sequence[str] = (), boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> pl.DataFrame:
+    """Per placement, context size (and ``extra_keys``) and turn: ON/OFF speedup with a CI."""
+    keys = ["placement", "context_tokens", *extra_keys, "turn"]
+    rows = _speedup_rows(run.ok, keys, paired_design(run), boot, "speedup", "ttft_s")
+    return frame_from_rows(rows, keys, run.requests, SPEEDUP_VALUES).sort(keys)
+
+
+def cross_vs_same(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
+    """Speedups of turns >= 2, split by whether the previous turn ran on another replica."""
+    later = run.filter(pl.col("turn") > 1, pl.col("cross_replica").is_not_null())
+    return speedup_table(later, extra_keys=("cross_replica",), boot=boot)
+
+
+def cold_first_turns(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
+    """Turn 1 (cold) per arm: TTFT with CIs, the largest cached-token count, contamination."""
+    first = run.filter(pl.col("turn") == 1)
+    table = arm_turn_table(first, boot=boot).drop("turn")
+    cached = first.requests.group_by(*ARM_KEYS, "context_tokens").agg(
+        max_cached_tokens=pl.col("cached_tokens").max()
+    )
+    return table.join(cached, on=[*ARM_KEYS, "context_tokens"], how="left", nulls_equal=True)
+
+
+def session_totals(run: Run) -> pl.DataFrame:
+    """Per session and block: turns done, whether all turns succeeded, total TTFT and time."""
+    keys = [*ARM_KEYS, "context_tokens", "block", "session_index", "session_id"]
+    return (
+        run.requests.group_by(keys)
+        .agg(
+            turns_ok=(pl.col("status") == "ok").sum(),
+            total_ttft_s=pl.col("ttft_s").sum(),
+            total_e2e_s=pl.col("e2e_s").sum(),
+            total_queue_s=pl.col("queue_s").sum(),
+        )
+        .with_columns(complete=pl.col("turns_ok") == run.turns)
+        .sort(keys)
+    )
+
+
+def session_speedup(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
+    """Per placement and context: median total session time OFF vs ON (complete sessions)."""
+    totals = session_totals(run).filter(pl.col("complete"))
+    keys = ["placement", "context_tokens"]
+    rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", "total_e2e_s")
+    return frame_from_rows(rows, ["placement", "context_tokens"], totals, SPEEDUP_VALUES)
+
+
+def _drift_interval(
+    first: pl.DataFrame, last: pl.DataFrame, boot: Bootstrap, seed: list[int]
+) -> tuple[stats.Interval, bool]:
+    """Median of per-(session, turn) ratios last/first, session-resampled; else independent."""
+    opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
+    pairs = first.join(last, on=["session_index", "turn"], suffix="_last").filter(
+        pl.col("session_index").is_not_null()
+    )
+    if pairs.is_empty():
+        return stats.bootstrap_ratio(sample(last), sample(first), **opts), False
+    pairs = pairs.with_columns(ratio=pl.col("ttft_s_last") / pl.col("ttft_s"))
+    units = sorted(pairs["session_index"].unique().to_list())
+    return stats.bootstrap_quantile(_unit_matrix(pairs, units, "ratio"), 0.5, **opts), True
+
+
+def block_drift(
+    run: Run,
+    *,
+    boot: Bootstrap = DEFAULT_BOOTSTRAP,
+    min_drift: float = 0.02,
+    min_units: int = 5,
+    speedups: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """First vs last block of each arm: drift with a CI, compared against the ON/OFF effect.
+
+    With fewer than ``min_units`` sessions the bootstrap interval is too coarse to judge
+    (two sessions give three distinct resamples), so nothing is called significant.
+    """
+    speedups = speedup_table(run, boot=boot) if speedups is None else speedups
+    effects = speedups.group_by("placement", "context_tokens").agg(
+        effect=pl.col("speedup").median()
+    )
+    effect_of = {
+        (r["placement"], r["context_tokens"]): r["effect"] for r in effects.iter_rows(named=True)
+    }
+    rows = []
+    for key, sub in partition(run.ok, [*ARM_KEYS, "context_tokens"]):
+        blocks = sorted(sub["block_in_placement"].drop_nulls().unique().to_list())
+        if len(blocks) < 2:
+            continue
+        first = sub.filter(pl.col("block_in_placement") == blocks[0])
+        last = sub.filter(pl.col("block_in_placement") == blocks[-1])
+        seed = stats.stable_seed(boot.seed, "drift", *key.values())
+        ci, paired = _drift_interval(first, last, boot, seed)
+        effect = effect_of.get((key["placement"], key["context_tokens"])) or 1.0
+        drift = ci.estimate
+        significant = ci.n >= min_units and ci.excludes(1.0) and abs(drift - 1.0) > min_drift
+        exceeds = abs(math.log(drift)) > abs(math.log(effect)) if drift > 0 else False
+        rows.append(
+            {
+                **key,
+                "first_block": blocks[0],
+                "last_block": blocks[-1],
+                "n_units": ci.n,
+                "drift": finite_or_none(drift),
+                "drift_ci_low": finite_or_none(ci.low),
+                "drift_ci_high": finite_or_none(ci.high),
+                "paired": paired,
+                "effect": float(effect),
+                "significant": significant,
+                "exceeds_effect": exceeds,
+                "flagged": significant and exceeds,
+            }
+        )
+    values: dict[str, pl.DataType] = {
+        "first_block": pl.Int64(),
+        "last_block": pl.Int64(),
+        "n_units": pl.Int64(),
+        "drift": pl.Float64(),
+        "drift_ci_low": pl.Float64(),
+        "drift_ci_high": pl.Float64(),
+        "paired": pl.Boolean(),
+        "effect": pl.Float64(),
+        "significant": pl.Boolean(),
+        "exceeds_effect": pl.Boolean(),
+        "flagged": pl.Boolean(),
+    }
+    return frame_from_rows(rows, [*ARM_KEYS, "context_tokens"], run.requests, values)
+
+
+def run_summary(
+    run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP, logprob_tol: float = LOGPROB_TOL
+) -> pl.DataFrame:
+    """One row per (placement, cache, context_tokens, turn) with the headline metrics.
+
+    The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
+    turning the cache on buys, relative to the OFF row of the same placement and turn);
+    ``divergences`` (sessions whose answers differ across arms or blocks, or whose
+    first-token logprobs differ by more than ``logprob_tol``: see
+    :mod:`sessiongen.analysis.checks`) belongs to a placement and turn and appears on both rows.
+    This is what ``summary.csv`` and the nightly trend store hold.
+    """
+    cell = ["placement", "context_tokens", "turn"]
+    arm = arm_turn_table(run, boot=boot)
+    speed = speedup_table(run, boot=boot).select(
+        *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
+    )
+    div = divergence_counts(run, logprob_tol=logprob_tol).select(
+        *cell, divergences=pl.col("diverged")
+    )
+    needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
+    out = (
+        arm.join(speed, on=cell, how="left", nulls_equal=True)
+        .join(div, on=cell, how="left", nulls_equal=True)
+        .join(needle, on=list(CELL_KEYS), how="left", nulls_equal=True)
+    )
+    on_only = [
+        pl.when(pl.col("cache") == "on").then(pl.col(c)).otherwise(None).alias(c)
+        for c in ("speedup", "speedup_ci_low", "speedup_ci_high")
+    ]
+    return (
+        out.with_columns(*on_only, pl.col("divergences").fill_null(0))
+        .select(
+            *CELL_KEYS,
+            "n",
+            "errors",
+            "median_ttft_s",
+            "ci_low_s",
+            "ci_high_s",
+            "p90_ttft_s",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "contamination",
+            "divergences",
+            "needle_graded",
+            "needle_correct",
+        )
+        .sort(list(CELL_KEYS))
+    )
+
+
+def run_identity(run: Run) -> dict[str, Any]:
+    """What identifies a run for trend storage: ids, scenario digest, versions, target."""
+    m = run.manifest
+    return {
+        "run_id": run.run_id,
+        "scenario_name": run.scenario_name,
+        "scenario_digest": m.get("scenario_digest"),
+        "started_at": m.get("started_at"),
+        "complete": m.get("complete"),
+        "tool": m.get("tool", {}),
+        "target": m.get("target", {}),
+    }
+
+
+def _fmt_cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def console_table(run: Run) -> str:
+    """Median TTFT per turn per arm and the ON/OFF speedup, as plain text (no bootstrap)."""
+    med = run.ok.group_by(list(CELL_KEYS)).agg(pl.col("ttft_s").median())
+    lookup = {tuple(r[k] for k in CELL_KEYS): r["ttft_s"] for r in med.iter_rows(named=True)}
+    placements = sorted(run.requests["placement"].unique().to_list())
+    contexts = sorted(run.requests["context_tokens"].unique().to_list())
+    turns = sorted(run.requests["turn"].unique().to_list())
+    lines = [f"Median TTFT per turn, {run.seconds} (target: {run.target_label})"]
+    for ctx in contexts:
+        if len(contexts) > 1:
+            lines.append(f"context {ctx} tokens")
+        header = ["turn"]
+        for p in placements:
+            header += [f"{p} off", f"{p} on", "speedup"]
+        table = [header]
+        for turn in turns:
+            row = [str(turn)]
+            for p in placements:
+                off, on = lookup.get((p, "off", ctx, turn)), lookup.get((p, "on", ctx, turn))
+                speed = off / on if off is not None and on else None
+                row += [_fmt_cell(off, ".3f"), _fmt_cell(on, ".3f"), _fmt_cell(speed, ".2f") + "x"]
+            table.append(row)
+        widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+        lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in table]
+    return "\n".join(lines)

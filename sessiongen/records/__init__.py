@@ -1,0 +1,5 @@
+"""Run records: a run folder's files, how they are written and how they are read back.
+
+- :mod:`.io`: the request and metrics schemas, atomic writes, the manifest;
+- :mod:`.run`: a loaded run (:class:`~.run.Run`) in modeled seconds.
+"""

@@ -1,0 +1,10 @@
+"""The run report: document model, figures, and ``RUN_DIR/report/``.
+
+- :mod:`.document`: blocks rendered to Markdown and to one self-contained HTML file;
+- :mod:`.plots`: the run's figures;
+- :mod:`.write`: :func:`write_report`.
+"""
+
+from sessiongen.report.write import SUMMARY_COLUMNS, summary_frame, write_report
+
+__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]

@@ -1,0 +1,92 @@
+"""The managed target: replay's blocks on real vLLM + LMCache replicas started here.
+
+Every block gets a freshly started pair (and, with the cache on, a fresh LMCache
+pool), so each block starts cold; the exact command lines, environments and versions
+of every process go into the manifest. A replica that dies mid-block is recorded and
+the block marked failed; the run goes on with the next block on a new pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sessiongen.launch.commands import BUILTIN_TINY
+from sessiongen.launch.pair import ManagedPair
+from sessiongen.launch.tinymodel import tiny_model_identity
+from sessiongen.scenario.spec import Scenario
+
+
+class ManagedTarget:
+    """Real replicas that sessiongen starts and stops itself (see :class:`ManagedPair`)."""
+
+    kind = "managed"
+    simulated = False
+    time_scale = 1.0
+    restarts = True
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.spec = scenario.target.managed
+        self.model_name = scenario.model.name
+        self.n_replicas = self.spec.replicas
+        self.log_dir: Path | None = None  # set by replay to the run folder
+        self._pair: ManagedPair | None = None
+        self._blocks: list[dict[str, Any]] = []
+
+    def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
+        return list(blocks)
+
+    async def open_block(self, cache: str) -> list[str]:
+        base = self.log_dir or Path("runs") / "managed-logs"
+        log_dir = base / f"block-{len(self._blocks)}"
+        pair = ManagedPair(
+            self.spec,
+            self.model_name,
+            cache == "on",
+            log_dir,
+            state_file=log_dir / "pair.json",
+        )
+        self._pair = pair
+        try:
+            await asyncio.to_thread(pair.start)
+        except BaseException:
+            await asyncio.to_thread(pair.stop)
+            self._pair = None
+            raise
+        block = {"cache": cache, "log_dir": str(log_dir), "processes": pair.processes}
+        if self.spec.model == BUILTIN_TINY:  # weights are generated: record which ones
+            block["model_identity"] = tiny_model_identity(Path(pair.model_arg))
+        self._blocks.append(block)
+        return pair.urls
+
+    async def close_block(self) -> dict[str, Any]:
+        pair, self._pair = self._pair, None
+        if pair is None:
+            return {"restarted": True}
+        dead = pair.dead_replicas()
+        lmcache_alive = pair.lmcache_alive()
+        outcome = await asyncio.to_thread(pair.stop)
+        info: dict[str, Any] = {"restarted": True, "stop": outcome}
+        if dead or not lmcache_alive:
+            info["dead_replicas"] = dead
+            info["lmcache_alive"] = lmcache_alive
+            info["status"] = "failed"
+        return info
+
+    def describe(self) -> dict[str, Any]:
+        from sessiongen.scenario import schema
+
+        return {
+            "kind": "managed",
+            "simulated": False,
+            "time_scale": 1.0,
+            "replicas": self.n_replicas,
+            "spec": schema.to_plain(self.spec),
+            "blocks": self._blocks,
+        }
+
+    async def close(self) -> None:
+        if self._pair is not None:
+            await asyncio.to_thread(self._pair.stop)
+            self._pair = None

@@ -1,0 +1,470 @@
+"""The nightly trend: regression detection over the trend store, and its plots.
+
+Library entry points for ``sessiongen trend add|check|plot``: :func:`trend_add` (from
+:mod:`sessiongen.trend.store`, which describes the store), :func:`trend_check` and
+:func:`trend_plot`. Within a store folder (one scenario), targets of different kinds
+(sim, endpoints, managed) form separate series.
+
+Check
+-----
+Each series is one metric of one cell over the nights of a folder, oldest first:
+
+- ``ttft``: median TTFT of a (placement, cache, context, turn) arm; lower is better.
+- ``speedup``: median TTFT OFF / ON of a (placement, context, turn); higher is better.
+
+Both are fitted on the log scale with :func:`sessiongen.trend.stepdetect.fit_steps`, each night
+weighted by its bootstrap interval. A **regression** is a newest level worse than the
+level before it by more than the metric's threshold (default 5%) that has lasted at
+least ``min_nights`` nights; an improvement is the mirror image. Counts are not fitted:
+any correctness **divergence**, **contamination** or wrong **needle** answer on the
+newest night is a regression whatever its size, and failed requests (``errors``) are one
+when they occur on each of the newest ``min_nights`` nights. Each finding names the night
+it started and what changed in ``versions`` between the night before and that night.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from sessiongen.errors import UserError
+from sessiongen.records import io as records
+from sessiongen.trend.stepdetect import StepFit, fit_steps, latest_shift, sigma_from_ci
+from sessiongen.trend.store import (
+    STORE_VERSION,
+    RunIdentity,
+    add_summary,
+    changed_versions,
+    load_store,
+    trend_add,
+    versions_of,
+)
+
+__all__ = [
+    "STORE_VERSION",
+    "CheckResult",
+    "RunIdentity",
+    "add_summary",
+    "changed_versions",
+    "check_groups",
+    "load_store",
+    "trend_add",
+    "trend_check",
+    "trend_plot",
+    "versions_of",
+]
+
+#: Nights fitted per series (the newest ones): enough history for a baseline, and the
+#: exact fit stays fast (its cost grows with the cube of the nights on flat series).
+WINDOW = 90
+CELL = ("placement", "cache", "context_tokens", "turn")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A fitted series: its column, interval columns and which direction is worse."""
+
+    name: str
+    column: str
+    ci_low: str
+    ci_high: str
+    higher_is_worse: bool
+    cache: str | None = None  # only rows of this cache arm carry the metric
+
+
+METRICS = (
+    Metric("ttft", "median_ttft_s", "ci_low_s", "ci_high_s", higher_is_worse=True),
+    Metric("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", False, cache="on"),
+)
+#: Count metrics that are regressions at any size on the newest night.
+ANY_SIZE = ("divergences", "contamination", "needle_wrong")
+
+
+# --- series ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nights:
+    """The runs of one folder and target kind, oldest first (at most ``window``)."""
+
+    folder: str
+    target_kind: str
+    run_ids: tuple[str, ...]
+    labels: tuple[str, ...]  # night dates
+    versions: tuple[dict[str, str], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.folder} [{self.target_kind}]"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric of one cell over the nights, with its fit and the finding, if any."""
+
+    metric: Metric
+    cell: dict[str, Any]
+    values: np.ndarray  # NaN where a night has no value
+    low: np.ndarray
+    high: np.ndarray
+    fit: StepFit
+    finding: dict[str, Any] | None
+
+
+def night_groups(
+    frame: pl.DataFrame, window: int | None = WINDOW
+) -> list[tuple[Nights, pl.DataFrame]]:
+    """The store split by folder and target kind, each with its (newest) nights."""
+    out = []
+    for (folder, kind), sub in frame.partition_by(
+        "folder", "target_kind", as_dict=True, maintain_order=True
+    ).items():
+        runs = sub.select("run_id", "started_at", "night", "versions").unique("run_id")
+        runs = runs.sort("started_at", "run_id")
+        if window:
+            runs = runs.tail(window)
+        nights = Nights(
+            str(folder),
+            str(kind),
+            tuple(runs["run_id"].to_list()),
+            tuple(runs["night"].to_list()),
+            tuple(json.loads(v) for v in runs["versions"].to_list()),
+        )
+        out.append((nights, sub.filter(pl.col("run_id").is_in(list(nights.run_ids)))))
+    return out
+
+
+def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> np.ndarray:
+    """A column of one cell's rows as an array over the nights (NaN where missing)."""
+    index = {rid: i for i, rid in enumerate(nights.run_ids)}
+    out = np.full(len(nights.run_ids), np.nan)
+    for rid, value in zip(sub["run_id"].to_list(), sub[column].to_list(), strict=True):
+        if value is not None:
+            out[index[rid]] = float(value)
+    return out
+
+
+def _judge(
+    metric: Metric,
+    fit: StepFit,
+    nights: Nights,
+    values: np.ndarray,
+    threshold: float,
+    min_nights: int,
+) -> dict[str, Any] | None:
+    """A regression or improvement when the newest level moved past the threshold."""
+    shift = latest_shift(fit)
+    if shift is None or shift.nights < min_nights:
+        return None
+    delta = shift.after - shift.before
+    worse = delta if metric.higher_is_worse else -delta
+    if abs(worse) <= math.log1p(threshold):
+        return None
+    earlier = np.flatnonzero(np.isfinite(values[: shift.at]))
+    prev = int(earlier[-1]) if earlier.size else shift.at
+    return {
+        "kind": "regression" if worse > 0 else "improvement",
+        "metric": metric.name,
+        "started": nights.labels[shift.at],
+        "started_run": nights.run_ids[shift.at],
+        "nights": shift.nights,
+        "before": math.exp(shift.before),
+        "after": math.exp(shift.after),
+        "change": math.expm1(delta),
+        "versions_changed": changed_versions(nights.versions[prev], nights.versions[shift.at]),
+    }
+
+
+def metric_series(
+    frame: pl.DataFrame, nights: Nights, metric: Metric, threshold: float, min_nights: int
+) -> list[Series]:
+    """Every cell's series of one metric, fitted and judged."""
+    rows = frame.filter(pl.col(metric.column).is_not_null())
+    if metric.cache is not None:
+        rows = rows.filter(pl.col("cache") == metric.cache)
+    keys = [k for k in CELL if k != "cache" or metric.cache is None]
+    out = []
+    for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items():
+        cell = dict(zip(keys, key, strict=True))
+        values = _aligned(sub, nights, metric.column)
+        low = _aligned(sub, nights, metric.ci_low)
+        high = _aligned(sub, nights, metric.ci_high)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.where(values > 0, np.log(values), np.nan)
+        fit = fit_steps(logs, sigma_from_ci(low, high), min_size=min(2, min_nights))
+        finding = _judge(metric, fit, nights, values, threshold, min_nights)
+        if finding is not None:
+            finding.update(cell)
+        out.append(Series(metric, cell, values, low, high, fit, finding))
+    return out
+
+
+def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, np.ndarray]:
+    """Per night: divergences, contamination, wrong needle answers and failed requests."""
+    cells = frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
+        divergences=pl.col("divergences").fill_null(0).max(),  # on both arms' rows
+        contamination=pl.col("contamination").fill_null(0).sum(),
+        needle_wrong=(pl.col("needle_graded") - pl.col("needle_correct")).fill_null(0).sum(),
+        errors=pl.col("errors").fill_null(0).sum(),
+    )
+    totals = cells.group_by("run_id").agg(pl.col(*ANY_SIZE, "errors").sum())
+    return {name: _aligned(totals, nights, name) for name in (*ANY_SIZE, "errors")}
+
+
+def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
+    """The cells of one night where a count is nonzero, briefly."""
+    column = pl.col("needle_graded") - pl.col("needle_correct") if name == "needle_wrong" else None
+    rows = frame.filter(pl.col("run_id") == run_id).with_columns(
+        _n=(column if column is not None else pl.col(name)).fill_null(0)
+    )
+    rows = rows.filter(pl.col("_n") > 0).sort(*CELL)
+    parts = [
+        f"{r['placement']}/{r['cache']} {r['context_tokens']} t{r['turn']}: {r['_n']}"
+        for r in rows.iter_rows(named=True)
+    ]
+    return ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
+
+
+def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[dict[str, Any]]:
+    """Correctness and contamination at any size on the newest night; persistent errors."""
+    out = []
+    for name, counts in night_counts(frame, nights).items():
+        seen = np.nan_to_num(counts) > 0
+        trailing = len(seen) - (np.flatnonzero(~seen)[-1] + 1 if (~seen).any() else 0)
+        needed = 1 if name in ANY_SIZE else min_nights
+        if trailing < needed:
+            continue
+        start = len(seen) - trailing
+        prev = nights.versions[start - 1] if start else nights.versions[start]
+        out.append(
+            {
+                "kind": "regression",
+                "metric": name,
+                "started": nights.labels[start],
+                "started_run": nights.run_ids[start],
+                "nights": trailing,
+                "before": float(counts[start - 1]) if start else None,
+                "after": float(counts[-1]),
+                "detail": _count_detail(frame, nights.run_ids[-1], name),
+                "versions_changed": changed_versions(prev, nights.versions[start]),
+            }
+        )
+    return out
+
+
+# --- check -------------------------------------------------------------------------------
+
+FINDING_SCHEMA: dict[str, pl.DataType] = {
+    "folder": pl.String(),
+    "target_kind": pl.String(),
+    "kind": pl.String(),  # regression | improvement
+    "metric": pl.String(),
+    "placement": pl.String(),
+    "cache": pl.String(),
+    "context_tokens": pl.Int64(),
+    "turn": pl.Int64(),
+    "started": pl.String(),  # night (date) of the first run at the new level
+    "started_run": pl.String(),
+    "nights": pl.Int64(),  # runs at the new level, up to the newest
+    "before": pl.Float64(),
+    "after": pl.Float64(),
+    "change": pl.Float64(),  # after / before - 1 (fitted metrics)
+    "detail": pl.String(),
+    "versions_changed": pl.String(),
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``trend check`` found: one row per regression or improvement."""
+
+    findings: pl.DataFrame
+    series: int  # fitted series checked
+    groups: dict[str, int]  # folder [target kind] -> nights checked
+
+    @property
+    def regressions(self) -> pl.DataFrame:
+        return self.findings.filter(pl.col("kind") == "regression")
+
+    @property
+    def improvements(self) -> pl.DataFrame:
+        return self.findings.filter(pl.col("kind") == "improvement")
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any regression was found, else 0 (the CLI's exit status)."""
+        return 1 if self.regressions.height else 0
+
+    def headline(self) -> str:
+        """``R regressions, I improvements in S series (folder: N nights, ...)``."""
+        nights = ", ".join(f"{k}: {_plural(n, 'night')}" for k, n in self.groups.items())
+        return (
+            f"{_plural(self.regressions.height, 'regression')}, "
+            f"{_plural(self.improvements.height, 'improvement')} in {self.series} series "
+            f"({nights})"
+        )
+
+    def lines(self) -> list[str]:
+        """One line per finding, regressions first."""
+        return [_describe(row) for row in self.findings.iter_rows(named=True)]
+
+    def table(self) -> str:
+        """Plain text for the terminal."""
+        return "\n".join([self.headline(), *self.lines()])
+
+    def markdown(self) -> str:
+        """A markdown table of the findings (for the nightly summary)."""
+        if self.findings.is_empty():
+            return f"{self.headline()}.\n"
+        head = "| | series | metric | since | nights | level | change | what changed then |"
+        out = [f"{self.headline()}.", "", head, "|---|---|---|---|---|---|---|---|"]
+        for r in self.findings.iter_rows(named=True):
+            out.append(
+                f"| {r['kind']} | {r['folder']} [{r['target_kind']}] {_cell_text(r)} | "
+                f"{r['metric']} | {r['started']} | {r['nights']} | {_levels(r)} | "
+                f"{_change(r)} | {r['versions_changed'] or '-'} |"
+            )
+        return "\n".join(out) + "\n"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _cell_text(r: Mapping[str, Any]) -> str:
+    if r.get("placement") is None:
+        return r.get("detail") or ""
+    arm = f"{r['placement']}/{r['cache']}" if r.get("cache") else str(r["placement"])
+    return f"{arm} ctx {r['context_tokens']} turn {r['turn']}"
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric == "ttft":
+        return f"{value:.3f} s"
+    if metric == "speedup":
+        return f"{value:.2f}x"
+    return f"{value:g}"
+
+
+def _levels(r: Mapping[str, Any]) -> str:
+    return f"{_fmt(r['metric'], r['before'])} -> {_fmt(r['metric'], r['after'])}"
+
+
+def _change(r: Mapping[str, Any]) -> str:
+    return "any size" if r["change"] is None else f"{r['change']:+.1%}"
+
+
+def _describe(r: Mapping[str, Any]) -> str:
+    changed = r["versions_changed"] or "nothing recorded"
+    return (
+        f"{r['kind'].upper():<11} {r['folder']} [{r['target_kind']}] {r['metric']} "
+        f"{_cell_text(r)}: {_levels(r)} ({_change(r)}) since {r['started']} "
+        f"({r['nights']} nights, run {r['started_run']}); changed then: {changed}"
+    )
+
+
+def _thresholds(threshold: float, per_metric: Mapping[str, float] | None) -> dict[str, float]:
+    """Threshold per fitted metric; a UserError for unknown names or bad values."""
+    known = {m.name for m in METRICS}
+    out = dict.fromkeys(sorted(known), threshold)
+    for name, value in (per_metric or {}).items():
+        if name not in known:
+            raise UserError(
+                f"threshold: unknown metric {name!r} (known: {', '.join(sorted(known))})"
+            )
+        out[name] = value
+    for name, value in out.items():
+        if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+            raise UserError(f"threshold: {name}: expected a number > 0, got {value!r}")
+    return out
+
+
+def check_groups(
+    frame: pl.DataFrame,
+    threshold: float = 0.05,
+    min_nights: int = 2,
+    per_metric_thresholds: Mapping[str, float] | None = None,
+    window: int | None = WINDOW,
+) -> list[tuple[Nights, list[Series], list[dict[str, Any]]]]:
+    """Per folder and target kind: the nights, every fitted series and the count findings."""
+    if min_nights < 1:
+        raise UserError(f"min_nights: expected an integer >= 1, got {min_nights!r}")
+    limits = _thresholds(threshold, per_metric_thresholds)
+    out = []
+    for nights, sub in night_groups(frame, window):
+        series = [
+            s
+            for metric in METRICS
+            for s in metric_series(sub, nights, metric, limits[metric.name], min_nights)
+        ]
+        out.append((nights, series, count_findings(sub, nights, min_nights)))
+    return out
+
+
+def trend_check(
+    store: str | Path,
+    threshold: float = 0.05,
+    min_nights: int = 2,
+    per_metric_thresholds: Mapping[str, float] | None = None,
+    *,
+    window: int | None = WINDOW,
+    folders: Collection[str] | None = None,
+) -> CheckResult:
+    """Detect level shifts in every series of the store (see the module docstring).
+
+    ``window`` limits each series to its newest nights; ``folders`` limits the check to
+    those store folders (``<scenario_name>-<scenario_digest>``).
+    """
+    frame = load_store(store, folders)
+    groups = check_groups(frame, threshold, min_nights, per_metric_thresholds, window)
+    rows = []
+    for nights, series, counts in groups:
+        where = {"folder": nights.folder, "target_kind": nights.target_kind}
+        rows += [{**where, **f} for f in counts]
+        rows += [{**where, **s.finding} for s in series if s.finding is not None]
+    findings = records.frame_of(rows, FINDING_SCHEMA).sort(
+        pl.col("kind") != "regression",
+        "folder",
+        "target_kind",
+        "metric",
+        *CELL,
+        nulls_last=False,
+    )
+    return CheckResult(
+        findings,
+        series=sum(len(series) for _n, series, _c in groups),
+        groups={nights.key: len(nights.run_ids) for nights, _s, _c in groups},
+    )
+
+
+def trend_plot(
+    store: str | Path,
+    out_dir: str | Path,
+    *,
+    window: int | None = WINDOW,
+    folders: Collection[str] | None = None,
+    **check: Any,
+) -> list[Path]:
+    """One PNG per headline series with its fitted levels and shifts; return the paths.
+
+    Headline series, per folder, target kind, placement and context size: median TTFT of
+    both cache arms per turn (``ttft-...png``) and the speedup per turn (``speedup-...png``).
+    ``window`` and ``folders`` as for :func:`trend_check`; ``check`` takes its threshold
+    arguments (they decide which shifts are drawn as regressions and improvements).
+    """
+    from sessiongen.trend.plot import draw_group
+
+    paths: list[Path] = []
+    groups = check_groups(load_store(store, folders), window=window, **check)
+    for nights, series, _counts in groups:
+        paths += draw_group(nights, series, Path(out_dir))
+    return paths

@@ -1,0 +1,177 @@
+"""The trend store: one Parquet file per run, per scenario folder, written atomically.
+
+``STORE/<scenario_name>-<scenario_digest>/<run_id>.parquet`` holds
+:func:`sessiongen.analysis.latency.run_summary` of the run (one row per placement, cache,
+context size and turn: median TTFT with its interval, the ON/OFF speedup with its
+interval, error, contamination, divergence and needle counts) plus the run's identity on
+every row: run id, start time, night (its UTC date), scenario, target kind, and
+``versions`` (JSON): sessiongen version and git SHA, server versions, the simulator
+profile: whatever can explain a change between two nights.
+
+Runs of different scenarios (name or digest) live in different folders and are never
+compared. Adding a run that is already stored changes nothing (and reads no more than
+its manifest). :mod:`sessiongen.trend.check` checks and plots what is stored here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sessiongen.errors import RunDirError, UserError
+from sessiongen.records import io as records
+
+STORE_VERSION = 1
+IDENTITY_SCHEMA: dict[str, pl.DataType] = {
+    "store_version": pl.Int32(),
+    "run_id": pl.String(),
+    "started_at": pl.String(),
+    "night": pl.String(),
+    "scenario_name": pl.String(),
+    "scenario_digest": pl.String(),
+    "target_kind": pl.String(),
+    "simulated": pl.Boolean(),
+    "versions": pl.String(),
+}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What the store keeps about a run besides its summary."""
+
+    run_id: str
+    scenario_name: str
+    scenario_digest: str
+    started_at: str
+    target_kind: str
+    simulated: bool
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> RunIdentity:
+        target = manifest.get("target") or {}
+        return cls(
+            run_id=str(manifest["run_id"]),
+            scenario_name=str(manifest.get("scenario_name", "?")),
+            scenario_digest=str(manifest.get("scenario_digest") or "nodigest"),
+            started_at=str(manifest.get("started_at") or ""),
+            target_kind=str(target.get("kind", "?")),
+            simulated=bool(target.get("simulated", target.get("kind") == "sim")),
+            versions=versions_of(manifest),
+        )
+
+    @property
+    def folder(self) -> str:
+        return f"{self.scenario_name}-{self.scenario_digest}"
+
+
+def versions_of(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Flat ``name -> value`` of what can explain a change: tool, servers, sim profile."""
+    tool = manifest.get("tool") or {}
+    target = manifest.get("target") or {}
+    out = {
+        "sessiongen": str(tool.get("sessiongen_version")),
+        "git_sha": str(tool.get("git_sha"))[:12],
+        "target": str(target.get("kind")),
+    }
+    profile = target.get("profile") or target.get("sim") or {}  # "sim" in older manifests
+    for key, value in profile.items():
+        out[f"sim.{key}"] = json.dumps(value)
+    for path, value in _leaves(target):
+        if "version" in path.lower() and not path.startswith(("profile.", "sim.")):
+            out[path] = json.dumps(value) if not isinstance(value, str) else value
+    return out
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of nested dicts and lists."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, f"{prefix}{i}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def changed_versions(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """``name: old -> new`` for every entry that differs, ``; ``-separated."""
+    keys = sorted(set(before) | set(after))
+    parts = [
+        f"{k}: {before.get(k, '-')} -> {after.get(k, '-')}"
+        for k in keys
+        if before.get(k) != after.get(k)
+    ]
+    return "; ".join(parts)
+
+
+# --- store -------------------------------------------------------------------------------
+
+
+def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity) -> Path | None:
+    """Store one run's summary; None (and no write) when the run is already there."""
+    folder = Path(store) / identity.folder
+    path = folder / f"{identity.run_id}.parquet"
+    if path.exists():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    ident = {
+        "store_version": STORE_VERSION,
+        "run_id": identity.run_id,
+        "started_at": identity.started_at,
+        "night": identity.started_at[:10],
+        "scenario_name": identity.scenario_name,
+        "scenario_digest": identity.scenario_digest,
+        "target_kind": identity.target_kind,
+        "simulated": identity.simulated,
+        "versions": json.dumps(identity.versions, sort_keys=True),
+    }
+    frame = summary.with_columns(
+        pl.lit(value, dtype=IDENTITY_SCHEMA[name]).alias(name) for name, value in ident.items()
+    )
+    records.atomic_write_parquet(path, frame)
+    return path
+
+
+def trend_add(run_dirs: Iterable[str | Path], store: str | Path) -> list[Path]:
+    """Add each run folder's summary to the store; return the files newly written.
+
+    Every run is read and summarized before anything is written, so one bad folder adds
+    nothing. Incomplete (interrupted) runs are refused. Runs already stored are skipped
+    after reading their manifest only.
+    """
+    from sessiongen import analysis
+
+    prepared = []
+    for run_dir in run_dirs:
+        identity = RunIdentity.from_manifest(records.read_manifest(Path(run_dir)))
+        if (Path(store) / identity.folder / f"{identity.run_id}.parquet").exists():
+            continue
+        run = analysis.load_run(run_dir)
+        if not run.manifest.get("complete"):
+            raise RunDirError(f"{run.path}: incomplete run (interrupted?); not added to trend")
+        prepared.append((analysis.run_summary(run), identity))
+    added = [add_summary(store, summary, ident) for summary, ident in prepared]
+    return [p for p in added if p is not None]
+
+
+def load_store(store: str | Path, folders: Collection[str] | None = None) -> pl.DataFrame:
+    """Stored summary rows (of ``folders`` only, if given) with a ``folder`` column.
+
+    A :class:`UserError` when there is no run to read.
+    """
+    root = Path(store)
+    files = sorted(root.glob("*/*.parquet")) if root.is_dir() else []
+    if folders is not None:
+        files = [f for f in files if f.parent.name in folders]
+    if not files:
+        which = f" for {', '.join(sorted(folders))}" if folders else ""
+        raise UserError(f"{root}: no runs in the trend store{which} (add some with trend add)")
+    frames = [pl.read_parquet(f).with_columns(folder=pl.lit(f.parent.name)) for f in files]
+    return pl.concat(frames, how="diagonal_relaxed")

@@ -1,0 +1,7 @@
+"""The workload: token-exact, deterministic multi-turn sessions built from a scenario.
+
+- :mod:`.tokenize`: the tokenizers a scenario can name (cl100k, tokenizer.json, a server);
+- :mod:`.textgen`: prose of an exact token length;
+- :mod:`.sessions`: sessions, their turns and the exact request bodies;
+- :mod:`.generate`: every request as JSON lines (``sessiongen generate``).
+"""

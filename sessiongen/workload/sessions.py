@@ -1,0 +1,417 @@
+"""Token-exact, deterministic multi-turn sessions built from a scenario.
+
+Each session's first user message is a context block of exactly
+``initial_context_tokens`` tokens followed by the first question. The block starts
+(token 0 onwards) with a marker unique to (run salt, session), so no two sessions and
+no two runs with different salts share even their first KV block; everything after the
+marker depends only on the scenario seed and the session index, so runs with different
+salts stay comparable. Questions and frozen answers are exact to the token too.
+
+History modes (``sessions.history``):
+
+- ``frozen``: turn k+1's messages are turn k's plus a pre-written answer and the next
+  question, so every arm sends byte-identical prompts;
+- ``live``: the server's real answers are fed back (the driver passes them in);
+- ``none``: every turn sends the context with that turn's question only (probe chains).
+
+Needle probes plant facts ("The access code of vault 41 is 9317.") at spread-out
+depths of the context; turn k asks for fact k and stores the exact answer beside the
+request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from sessiongen.errors import ScenarioError
+from sessiongen.scenario.spec import Scenario
+from sessiongen.workload.textgen import TextGenerator, generator_for
+from sessiongen.workload.tokenize import Tokenizer
+
+NEEDLE_QUESTION = "What is the access code of vault {vault}? Reply with the number only."
+NEEDLE_FACT = " The access code of vault {vault} is {code}."
+_NEEDLE_Q_RE = re.compile(r"What is the access code of vault (\d+)\?")
+_QUESTION_HEAD = " Question:"
+_PLAIN_ASK = "What do you make of this?"
+
+
+def answer_needle(prompt_text: str) -> str | None:
+    """The planted answer to the last needle question in ``prompt_text``, if any.
+
+    The simulated replicas use this to answer needle probes the way a healthy model
+    would, so that a corrupted cache shows up as a wrong answer.
+    """
+    asked = _NEEDLE_Q_RE.findall(prompt_text)
+    if not asked:
+        return None
+    vault = asked[-1]
+    fact = re.search(rf"The access code of vault {vault} is (\d+)\.", prompt_text)
+    return fact.group(1) if fact else None
+
+
+def _seed_of(*parts: object) -> int:
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def marker(generator: TextGenerator, salt: str, key: str) -> str:
+    """The head of a first message: unique to (salt, key), the same length for every key.
+
+    Five single-token words picked by a hash of (salt, key): about 10^17 combinations,
+    and since the length never changes, the text after the marker does not depend on
+    the salt.
+    """
+    digest = hashlib.blake2b(f"{salt}\x1f{key}".encode(), digest_size=16).digest()
+    pool = generator.one_token_words
+    picks = [int.from_bytes(digest[3 * i : 3 * i + 3], "little") % len(pool) for i in range(5)]
+    words = generator.units[pool[picks]].tolist()
+    return "Ref" + "".join(words) + "."
+
+
+class Blob:
+    """A long text kept once, already JSON-escaped, exactly as a request body carries it.
+
+    A 128k-token context is about 0.5 MB. Keeping it as escaped bytes lets every turn's
+    body be sent as parts around it (:meth:`TurnRequest.body_parts`) instead of joining
+    a new message string and serializing a new body per request: one copy per session,
+    not three per request in flight. JSON string escaping is per character, so the
+    escaped parts concatenate to exactly what serializing the joined text gives.
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self, text: str) -> None:
+        self.json = orjson.dumps(text)[1:-1]
+
+    def text(self) -> str:
+        """The text back (slow path: generate, tests)."""
+        return str(orjson.loads(b'"' + self.json + b'"'))
+
+
+Piece = str | Blob
+
+
+def _text(piece: Piece) -> str:
+    return piece.text() if isinstance(piece, Blob) else piece
+
+
+def _escaped(piece: Piece) -> bytes:
+    return piece.json if isinstance(piece, Blob) else orjson.dumps(piece)[1:-1]
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One request of one session: its messages, exact counts and expected answer.
+
+    Message contents are kept as pieces (long ones as :class:`Blob`), so a request
+    holds references to the session's texts rather than copies of them.
+    """
+
+    session_id: str
+    session_index: int
+    turn: int
+    context_tokens: int
+    content_tokens: int
+    expected: str | None
+    segments: tuple[tuple[str, tuple[Piece, ...]], ...]  # (role, content pieces)
+
+    @property
+    def messages(self) -> tuple[tuple[str, str], ...]:
+        """(role, content) pairs with each content joined."""
+        return tuple((role, "".join(map(_text, pieces))) for role, pieces in self.segments)
+
+    def body(self, scenario: Scenario) -> dict[str, Any]:
+        """The exact request body replay sends for this turn."""
+        return request_body(scenario, self.messages)
+
+    def body_parts(self, scenario: Scenario) -> list[bytes]:
+        """The serialized body as parts whose concatenation is ``orjson.dumps(body)``.
+
+        Long texts appear as the session's own escaped bytes, never copied.
+        """
+        if scenario.model.api == "chat":
+            groups = [pieces for _role, pieces in self.segments]
+            template = [(role, _SENTINEL % i) for i, (role, _p) in enumerate(self.segments)]
+        else:
+            groups = [tuple(p for _role, pieces in self.segments for p in pieces)]
+            template = [("user", _SENTINEL % 0)]
+        raw = orjson.dumps(request_body(scenario, template))
+        parts: list[bytes] = []
+        pos = 0
+        for i, pieces in enumerate(groups):
+            mark = (_SENTINEL % i).encode()
+            at = raw.index(mark, pos)
+            parts.append(raw[pos:at])
+            parts.extend(_escaped(p) for p in pieces)
+            pos = at + len(mark)
+        parts.append(raw[pos:])
+        return parts
+
+
+_SENTINEL = "@@sessiongen-content-%d@@"
+
+
+def request_body(scenario: Scenario, messages: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """An OpenAI-compatible streaming request body for ``messages``."""
+    s = scenario.sampling
+    max_tokens = scenario.sessions.max_tokens
+    body: dict[str, Any] = {"model": scenario.model.name}
+    if scenario.model.api == "chat":
+        body["messages"] = [{"role": role, "content": content} for role, content in messages]
+    else:
+        body["prompt"] = "".join(content for _role, content in messages)
+    body.update(
+        {
+            "max_tokens": max_tokens,
+            "temperature": s.temperature,
+            "seed": s.seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    if s.ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    if scenario.sessions.probe == "equivalence":
+        # vLLM extension: logprob tokens as "token_id:N", so digests cover token ids.
+        body["return_tokens_as_token_ids"] = True
+        if scenario.model.api == "chat":
+            body["logprobs"] = True
+            body["top_logprobs"] = 1
+        else:
+            body["logprobs"] = 1
+    return body
+
+
+@dataclass
+class Session:
+    """One session's plan; its texts are built on first use and then kept."""
+
+    builder: SessionBuilder
+    index: int
+    session_id: str
+    context_tokens: int
+    _parts: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def turns(self) -> int:
+        return self.builder.scenario.sessions.turns
+
+    def texts(self) -> dict[str, Any]:
+        """The session's texts (system, context, questions, answers, expected), built once."""
+        if not self._parts:
+            self._parts = self.builder.build_parts(self)
+        return self._parts
+
+    def request(self, turn: int, answers: Sequence[str] | None = None) -> TurnRequest:
+        """Turn ``turn`` (1-based). In live mode ``answers`` are the real answers so far."""
+        if not 1 <= turn <= self.turns:
+            raise ValueError(f"turn {turn} outside 1..{self.turns}")
+        parts = self.texts()
+        spec = self.builder.scenario.sessions
+        msgs: list[tuple[str, tuple[Piece, ...]]] = []
+        tokens = 0
+        if parts["system"] is not None:
+            msgs.append(("system", (parts["system"],)))
+            tokens += spec.shared_prefix_tokens
+        questions = parts["questions"]
+        msgs.append(("user", (parts["context"], questions[0])))
+        tokens += self.context_tokens + spec.question_tokens
+        if spec.history == "none":
+            if turn > 1:
+                msgs[-1] = ("user", (parts["context"], questions[turn - 1]))
+        else:
+            if spec.history == "frozen":
+                given = parts["answers"][: turn - 1]
+                counts = [spec.answer_tokens] * (turn - 1)
+            else:
+                given = list(answers or [])
+                if len(given) != turn - 1:
+                    raise ValueError(f"live turn {turn} needs {turn - 1} answers, got {len(given)}")
+                counts = self.builder.generator.count_many(given) if given else []
+            for k in range(1, turn):
+                msgs.append(("assistant", (given[k - 1],)))
+                msgs.append(("user", (questions[k],)))
+            tokens += sum(counts) + (turn - 1) * spec.question_tokens
+        return TurnRequest(
+            session_id=self.session_id,
+            session_index=self.index,
+            turn=turn,
+            context_tokens=self.context_tokens,
+            content_tokens=tokens,
+            expected=parts["expected"][turn - 1],
+            segments=tuple(msgs),
+        )
+
+    def requests(self) -> Iterator[TurnRequest]:
+        """Every turn in order (frozen and none modes)."""
+        for turn in range(1, self.turns + 1):
+            yield self.request(turn)
+
+
+class SessionBuilder:
+    """Builds a scenario's sessions for one run salt."""
+
+    def __init__(
+        self, scenario: Scenario, salt: str, generator: TextGenerator | None = None
+    ) -> None:
+        self.scenario = scenario
+        self.salt = salt
+        self.generator = generator or generator_for(scenario.model.tokenizer)
+        self._system: Blob | None = None
+        self._check()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.generator.tokenizer
+
+    def identity(self) -> dict[str, str]:
+        """Tokenizer and text-generator identity for the manifest."""
+        return {"tokenizer": self.tokenizer.identity, "text_generator": self.generator.identity}
+
+    def _check(self) -> None:
+        spec = self.scenario.sessions
+        src = self.scenario.source
+        floor = self._question_floor()
+        if spec.question_tokens < floor:
+            raise ScenarioError(
+                src, "sessions.question_tokens", f"expected >= {floor} for probe {spec.probe!r}"
+            )
+        head = self.generator.count(marker(self.generator, self.salt, "x"))
+        needles = spec.turns * 16 if spec.probe == "needle" else 0
+        for n in spec.initial_context_tokens:
+            if n < head + needles + 4:
+                raise ScenarioError(
+                    src,
+                    "sessions.initial_context_tokens",
+                    f"expected >= {head + needles + 4} tokens for {spec.turns} turns, got {n}",
+                )
+
+    def _question_floor(self) -> int:
+        probe = (
+            NEEDLE_QUESTION.format(vault=999) if self.scenario.sessions.probe == "needle" else ""
+        )
+        return self.generator.count(_QUESTION_HEAD + " " + probe) + 2
+
+    def sessions(self) -> list[Session]:
+        """All sessions: ``count`` per initial context size, indexed globally."""
+        spec = self.scenario.sessions
+        out: list[Session] = []
+        for n in spec.initial_context_tokens:
+            for _ in range(spec.count):
+                i = len(out)
+                out.append(Session(self, i, f"s{i:04d}-{_label(n)}", n))
+        return out
+
+    def system_prompt(self) -> Blob | None:
+        """The shared system prompt (one object for all sessions of a run), or None."""
+        n = self.scenario.sessions.shared_prefix_tokens
+        if n == 0:
+            return None
+        if self._system is None:
+            rng = np.random.default_rng(_seed_of(self.scenario.seed, "system"))
+            self._system = Blob(self._exact(marker(self.generator, self.salt, "system"), n, rng))
+        return self._system
+
+    def _exact(self, head: str, n_tokens: int, rng: np.random.Generator) -> str:
+        gen = self.generator
+        body = gen.prose(rng, n_tokens - gen.count(head))
+        if gen.exact_by_units:
+            return head + body
+        return head + gen.fit(body, n_tokens, rng, prefix=head)
+
+    def build_parts(self, session: Session) -> dict[str, Any]:
+        """Context, questions, frozen answers and needle answers of one session."""
+        spec = self.scenario.sessions
+        rng = np.random.default_rng(_seed_of(self.scenario.seed, session.index))
+        head = marker(self.generator, self.salt, session.session_id)
+        expected: list[str | None] = [None] * spec.turns
+        asks: list[str] = [""] * spec.turns
+        if spec.probe == "needle":
+            context, expected, asks = self._needle_context(session, head, rng)
+        else:
+            context = self._exact(head, session.context_tokens, rng)
+        questions = [self._question(rng, ask) for ask in asks]
+        answers = [self._answer(rng) for _ in range(spec.turns - 1)]
+        return {
+            "system": self.system_prompt(),
+            "context": Blob(context),
+            "questions": questions,
+            "answers": answers,
+            "expected": expected,
+        }
+
+    def _needle_context(
+        self, session: Session, head: str, rng: np.random.Generator
+    ) -> tuple[str, list[str | None], list[str]]:
+        spec = self.scenario.sessions
+        gen = self.generator
+        vaults = rng.choice(np.arange(10, 1000), size=spec.turns, replace=False).tolist()
+        codes = rng.integers(1000, 10000, size=spec.turns).tolist()
+        facts = [NEEDLE_FACT.format(vault=v, code=c) for v, c in zip(vaults, codes, strict=True)]
+        fact_tokens = gen.count_many(facts)
+        filler = session.context_tokens - gen.count(head) - sum(fact_tokens)
+        # Fact k sits at depth (k + 0.5) / turns of the filler; the order of asking is shuffled
+        # so that depth and turn are not confounded.
+        cuts = [int(filler * (k + 0.5) / spec.turns) for k in range(spec.turns)]
+        pieces = [head]
+        prev = 0
+        for cut, fact in zip(cuts, facts, strict=True):
+            pieces.append(gen.prose(rng, cut - prev) if cut > prev else "")
+            pieces.append(fact)
+            prev = cut
+        pieces.append(gen.prose(rng, filler - prev))
+        text = "".join(pieces)
+        if not gen.exact_by_units:
+            text = head + gen.fit(text[len(head) :], session.context_tokens, rng, prefix=head)
+        order = rng.permutation(spec.turns).tolist()
+        asks = [NEEDLE_QUESTION.format(vault=vaults[k]) for k in order]
+        expected: list[str | None] = [str(codes[k]) for k in order]
+        return text, expected, asks
+
+    def _question(self, rng: np.random.Generator, ask: str) -> str:
+        """A question of exactly ``question_tokens``: prose lead-in, then the ask."""
+        gen = self.generator
+        n = self.scenario.sessions.question_tokens
+        tail = " " + (ask or _PLAIN_ASK)
+        fixed = gen.count(_QUESTION_HEAD) + gen.count(tail)
+        lead = gen.prose(rng, n - fixed)
+        text = _QUESTION_HEAD + lead + tail
+        if gen.exact_by_units:
+            return text
+        return (
+            _QUESTION_HEAD + gen.fit(lead, n - gen.count(tail), rng, prefix=_QUESTION_HEAD) + tail
+        )
+
+    def _answer(self, rng: np.random.Generator) -> str:
+        n = self.scenario.sessions.answer_tokens
+        gen = self.generator
+        text = gen.prose(rng, n)
+        return text if gen.exact_by_units else gen.fit(text, n, rng)
+
+    def warmup(self, key: str) -> TurnRequest:
+        """A short request of distinct content (nothing shared with any session)."""
+        gen = self.generator
+        rng = np.random.default_rng(_seed_of(self.scenario.seed, "warmup", key))
+        text = self._exact(marker(self.generator, self.salt, f"warmup-{key}"), 256, rng)
+        question = self._question(rng, "")
+        return TurnRequest(
+            session_id=f"warmup-{key}",
+            session_index=-1,
+            turn=1,
+            context_tokens=256,
+            content_tokens=256 + gen.count(question),
+            expected=None,
+            segments=(("user", (text, question)),),
+        )
+
+
+def _label(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
