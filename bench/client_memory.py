@@ -26,7 +26,6 @@ import os
 import resource
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from sessiongen import calibrate, scenario
 from sessiongen.client import driver
@@ -76,7 +75,7 @@ class Tally:
 
 
 async def run_session(
-    http: Any,
+    client: driver.Client,
     url: str,
     sc: scenario.Scenario,
     s: Session,
@@ -91,7 +90,7 @@ async def run_session(
         size = sum(len(p) for p in body if p is not context)
         text = 0
         tally.add(size, text, +1)
-        res = await driver.send(http, url + driver.CHAT_PATH, body, extra_headers=headers)
+        res = await client.send(url + driver.CHAT_PATH, body, headers=headers)
         tally.add(size, text, -1)
         if not res.ok:
             return res.error
@@ -104,12 +103,12 @@ async def stream_all(
     tally = Tally()
     sampler = asyncio.create_task(tally.sample())
     with calibrate.ReferenceServer() as server:
-        async with driver.new_client_session(len(sessions), 30.0) as http:
-            opened = await driver.prewarm(http, server.url, len(sessions))
+        async with driver.Client(len(sessions), 30.0) as client:
+            opened = await client.prewarm(server.url, len(sessions))
             print(f"connections prewarmed: {opened}; RSS {rss() / MIB:,.0f} MiB")
             start = time.perf_counter()
             errors = await asyncio.gather(
-                *(run_session(http, server.url, sc, s, tally, args.hold) for s in sessions)
+                *(run_session(client, server.url, sc, s, tally, args.hold) for s in sessions)
             )
             elapsed = time.perf_counter() - start
     sampler.cancel()

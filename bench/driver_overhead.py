@@ -3,7 +3,7 @@
     .venv/bin/python bench/driver_overhead.py [--concurrency 1 64 256] [--body-mb 0.5]
         [--duration 5] [--rounds 3] [--nice N]
 
-Against the reference server of :mod:`sessiongen.calibrate.measure` (its own process; it stamps
+Against the reference server of :mod:`sessiongen.calibrate.refserver` (its own process; it stamps
 the kernel's receive time of each request's last byte and its own write of the first
 chunk, on the monotonic clock the client reads too):
 
@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sessiongen import calibrate
-from sessiongen.calibrate.measure import ReferenceServer
+from sessiongen.calibrate.refserver import ReferenceServer
 
 COLUMNS = (  # (key, heading, width, decimals)
     ("requests", "n", 6, 0),

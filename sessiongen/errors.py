@@ -7,7 +7,8 @@
     │   ├── ScenarioError           a scenario file or --set override is invalid
     │   ├── EndpointError           a replica is unreachable or answers nonsense at start
     │   ├── MissingDependencyError  an optional dependency (e.g. the real stack) is absent
-    │   └── RunDirError             a run folder is missing or unreadable
+    │   ├── RunDirError             a run folder or trend store is missing or unreadable
+    │   └── OutputError             a file or folder cannot be written (path, permission, disk)
     └── RunFailedError              a run finished but some requests failed; exit status 1
 
 Anything else is a bug and keeps its traceback.
@@ -49,6 +50,10 @@ class MissingDependencyError(UserError):
 
 class RunDirError(UserError):
     """A run folder is missing, incomplete in a way that matters, or unreadable."""
+
+
+class OutputError(UserError):
+    """A result cannot be written: no such folder, no permission, a full disk, ..."""
 
 
 class RunFailedError(SessiongenError):

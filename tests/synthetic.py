@@ -20,6 +20,8 @@ import numpy as np
 import polars as pl
 
 from sessiongen import scenario
+from sessiongen.analysis.frames import rows_frame
+from sessiongen.records import format as fmt
 from sessiongen.records import io as records
 
 QUESTION_TOKENS = 55
@@ -260,7 +262,7 @@ def _metrics(run_id: str, blocks: list[dict[str, Any]]) -> pl.DataFrame:
                             value=value,
                         )
                     )
-    return records.frame_of(out, records.METRICS_SCHEMA)
+    return rows_frame(out, fmt.METRICS_SCHEMA)
 
 
 def make_scenario(spec: SyntheticSpec) -> scenario.Scenario:
@@ -294,13 +296,11 @@ def write_run(root: Path, spec: SyntheticSpec | None = None, run_id: str | None 
     run_dir = Path(root) / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     rows, blocks = _rows(spec, run_id)
-    records.atomic_write_parquet(
-        run_dir / "requests.parquet", records.frame_of(rows, records.REQUEST_SCHEMA)
-    )
+    records.atomic_write_parquet(run_dir / "requests.parquet", rows_frame(rows, fmt.REQUEST_SCHEMA))
     records.atomic_write_parquet(run_dir / "metrics.parquet", _metrics(run_id, blocks))
     kind = "sim" if spec.simulated else "endpoints"
     manifest = {
-        "schema_version": records.SCHEMA_VERSION,
+        "schema_version": fmt.SCHEMA_VERSION,
         "run_id": run_id,
         "scenario_name": spec.name,
         "scenario": scen.to_dict(),

@@ -14,9 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sessiongen.analysis.latency import console_table, load_run, run_summary
-from sessiongen.report.write import write_report
-from sessiongen.trend.check import trend_add, trend_check
+from sessiongen.analysis import console_table, load_run, run_summary
+from sessiongen.report import write_report
+from sessiongen.trend import trend_add, trend_check
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "v1"
 RUNS = sorted((FIXTURES / "runs").iterdir())

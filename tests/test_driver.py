@@ -9,7 +9,6 @@ import random
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
@@ -21,9 +20,9 @@ BODY = driver.serialize({"model": "sim-27b", "messages": [{"role": "user", "cont
 
 async def _send(aiohttp_server: Any, mode: str, timeout_s: float = 5.0, **kw: Any) -> driver.Result:
     server = await aiohttp_server(make_app(mode, **kw))
-    async with driver.new_client_session(4, 5.0) as http:
-        return await driver.send(
-            http, str(server.make_url("/v1/chat/completions")), BODY, timeout_s=timeout_s
+    async with driver.Client(4, 5.0) as client:
+        return await client.send(
+            str(server.make_url("/v1/chat/completions")), BODY, timeout_s=timeout_s
         )
 
 
@@ -77,16 +76,16 @@ async def test_connection_refused_is_recorded() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    async with driver.new_client_session(1, 2.0) as http:
-        res = await driver.send(http, f"http://127.0.0.1:{port}/v1/chat/completions", BODY)
+    async with driver.Client(1, 2.0) as client:
+        res = await client.send(f"http://127.0.0.1:{port}/v1/chat/completions", BODY)
     assert res.status == "connect_error"
 
 
 async def test_completions_text_is_content(aiohttp_server: Any) -> None:
     server = await aiohttp_server(make_app("ok"))
     body = driver.serialize({"model": "sim-27b", "prompt": "hi"})
-    async with aiohttp.ClientSession() as http:
-        res = await driver.send(http, str(server.make_url("/v1/completions")), body)
+    pool = http1.Pool(max_idle_per_host=0)  # no keep-alive: a connection per request
+    res = await driver.send(pool, str(server.make_url("/v1/completions")), body)
     assert res.status == "ok" and res.text.startswith(" tok0")
 
 
@@ -155,10 +154,10 @@ async def test_responses_parse_the_same_however_they_are_split(framing: str, crl
 async def test_connections_are_prewarmed_and_reused(aiohttp_server: Any) -> None:
     server = await aiohttp_server(make_app("ok"))
     url = str(server.make_url("/v1/chat/completions"))
-    async with driver.new_client_session(2, 5.0) as http:
-        assert await driver.prewarm(http, url, 2) == 2
-        first = await driver.send(http, url, BODY)
-        second = await driver.send(http, url, BODY)
+    async with driver.Client(2, 5.0) as client:
+        assert await client.prewarm(url, 2) == 2
+        first = await client.send(url, BODY)
+        second = await client.send(url, BODY)
     assert first.ok and second.ok
     assert first.connect_s is None and second.connect_s is None  # no setup in either
 
@@ -185,9 +184,9 @@ async def test_a_pooled_connection_the_server_dropped_is_retried_once() -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    async with driver.new_client_session(1, 5.0) as http:
-        first = await driver.send(http, url, BODY)
-        second = await driver.send(http, url, BODY)
+    async with driver.Client(1, 5.0) as client:
+        first = await client.send(url, BODY)
+        second = await client.send(url, BODY)
     server.close()
     assert first.ok and second.ok, (first.error, second.error)
     assert second.connect_s is not None and connections == 2
@@ -210,16 +209,16 @@ async def test_a_large_body_arrives_intact_whole_or_in_parts(aiohttp_server: Any
     server = await aiohttp_server(app)
     body = driver.serialize({"messages": [{"role": "user", "content": "x" * 1_500_000}]})
     url = str(server.make_url("/v1/chat/completions"))
-    async with driver.new_client_session(1, 5.0) as http:
-        whole = await driver.send(http, url, body)
-        parts = await driver.send(http, url, [body[:7], body[7:1_200_000], b"", body[1_200_000:]])
+    async with driver.Client(1, 5.0) as client:
+        whole = await client.send(url, body)
+        parts = await client.send(url, [body[:7], body[7:1_200_000], b"", body[1_200_000:]])
     expected = f"{len(body)}:{hashlib.blake2b(body, digest_size=8).hexdigest()}"
     assert whole.ok and parts.ok, (whole.error, parts.error)
     assert whole.text == expected and parts.text == expected
 
 
 def test_header_values_cannot_smuggle_lines() -> None:
-    tgt = http1.target("http://127.0.0.1:8000/v1/chat/completions")
+    tgt = http1.route("http://127.0.0.1:8000/v1/chat/completions")
     with pytest.raises(ValueError):
         tgt.request_head(10, {"X-Evil": "a\r\nHost: elsewhere"})
     head = tgt.request_head(10, {"Authorization": "Bearer t"})
@@ -239,9 +238,7 @@ async def test_a_non_streaming_answer_arrives_whole(aiohttp_server: Any) -> None
     app = web.Application()
     app.router.add_post("/v1/chat/completions", whole)
     server = await aiohttp_server(app)
-    async with driver.new_client_session(1, 5.0) as http:
-        res = await driver.send(
-            http, str(server.make_url("/v1/chat/completions")), BODY, stream=False
-        )
+    async with driver.Client(1, 5.0) as client:
+        res = await client.send(str(server.make_url("/v1/chat/completions")), BODY, stream=False)
     assert res.ok and res.text == "two words"
     assert res.ttft_s == res.e2e_s and res.completion_tokens == 2

@@ -76,12 +76,12 @@ async def test_a_planted_blocking_call_is_caught_and_its_request_flagged(
     url = str(server.make_url("/v1/chat/completions"))
     mon = LagMonitor(warn=False)
     task = asyncio.create_task(mon.run())
-    async with driver.new_client_session(2, 5.0) as http:
-        await driver.prewarm(http, url, 2)
+    async with driver.Client(2, 5.0) as client:
+        await client.prewarm(url, 2)
         await asyncio.sleep(0.03)  # let the monitor take a few samples
-        clear = await driver.send(http, url, BODY)  # before the planted call
+        clear = await client.send(url, BODY)  # before the planted call
         clear_end = time.perf_counter_ns()
-        in_flight = asyncio.create_task(driver.send(http, url, BODY))
+        in_flight = asyncio.create_task(client.send(url, BODY))
         await asyncio.sleep(0.05)  # the request is waiting for its first token
         blocked_at = time.perf_counter_ns()
         time.sleep(0.03)  # the planted blocking call

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from sessiongen.errors import EndpointError, MissingDependencyError, ScenarioError
-from sessiongen.launch import commands, net, procs, state
+from sessiongen.infra import files, net, procs
+from sessiongen.launch import commands, state
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
@@ -348,12 +349,12 @@ def test_pair_down_never_signals_a_reused_pid(tmp_path: Path) -> None:
             log="x.log",
         )  # fmt: skip
         data = {"schema": 1, "boot_id": procs.boot_id(), "processes": [rec.to_dict()]}
-        procs.write_json_atomic(state.state_path(tmp_path), data)
+        files.atomic_write_json(state.state_path(tmp_path), data)
         assert state.pair_status(tmp_path)[0]["alive"] is False
         assert state.pair_down(tmp_path) == [f"replica-0 (pid {sleeper.pid}, port 1): not ours"]
         assert sleeper.poll() is None
         data["boot_id"] = "another-boot"
-        procs.write_json_atomic(state.state_path(tmp_path), data)
+        files.atomic_write_json(state.state_path(tmp_path), data)
         assert state.pair_down(tmp_path)[0].endswith("gone (machine rebooted)")
         assert sleeper.poll() is None
     finally:

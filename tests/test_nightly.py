@@ -156,7 +156,7 @@ class StandIn:
     def night(self) -> None:
         self.day += 1
 
-    def __call__(self, sc: Scenario, opts: replay.ReplayOptions) -> replay.Outcome:
+    def __call__(self, sc: Scenario, opts: replay.ReplayOptions) -> replay.ReplayResult:
         self.calls.append(sc.name)
         if sc.name == "down":
             raise EndpointError("http://127.0.0.1:9: unreachable (ClientConnectorError)")
@@ -172,7 +172,7 @@ class StandIn:
         )
         run_dir = write_run(opts.runs_dir, spec)
         failures = Counter({"timeout": 1} if sc.name == "flaky" else {})
-        return replay.Outcome(
+        return replay.ReplayResult(
             run_dir, requests=48, failures=failures, interrupted=sc.name == "stop"
         )
 

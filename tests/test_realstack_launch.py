@@ -25,8 +25,10 @@ import pytest
 
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import EndpointError, MissingDependencyError
-from sessiongen.launch import net, procs, state
+from sessiongen.infra import net, procs
+from sessiongen.launch import state
 from sessiongen.launch.pair import ManagedPair
+from sessiongen.launch.procs import ProcessRecord
 from sessiongen.launch.tinymodel import (
     SPECIAL_TOKENS,
     WEIGHTS_NAME,
@@ -97,7 +99,7 @@ def words(n: int, seed: int) -> str:
     return f"Run {seed}: " + " ".join(vocab[(i * 7 + seed) % len(vocab)] for i in range(n))
 
 
-def assert_all_gone(records: list[procs.ProcessRecord]) -> None:
+def assert_all_gone(records: list[ProcessRecord]) -> None:
     for rec in records:
         assert procs.group_members(rec.pgid) == [], f"{rec.name} left processes behind"
 
@@ -182,7 +184,7 @@ def test_pair_up_status_down_cache_off(tmp_path: Path, tiny_dir: Path) -> None:
     }
     scn = scenario_mod.from_dict(raw, source="launch-test.toml")
     up = state.pair_up(scn, tmp_path, cache_on=False, tiny_model_dir=tiny_dir)
-    records = [procs.ProcessRecord.from_dict(p) for p in up["processes"]]
+    records = [ProcessRecord.from_dict(p) for p in up["processes"]]
     try:
         assert [r.name for r in records] == ["replica-0"]
         assert "--kv-transfer-config" not in records[0].argv

@@ -29,7 +29,7 @@ RAW: dict[str, Any] = {
 }
 
 
-def run(tmp_path: Path, urls: list[str], cache: str = "on", **raw_kw: Any) -> replay.Outcome:
+def run(tmp_path: Path, urls: list[str], cache: str = "on", **raw_kw: Any) -> replay.ReplayResult:
     raw = {**RAW, **raw_kw}
     sc = scenario.from_dict(raw, "fake.toml")
     opts = replay.ReplayOptions(runs_dir=tmp_path, endpoints=urls, cache=cache, progress=False)

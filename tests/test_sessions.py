@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessiongen import scenario
-from sessiongen.workload import sessions
+from sessiongen.workload import probes, sessions
 from sessiongen.workload.tokenize import cl100k
 
 ENC = cl100k()
@@ -71,7 +71,7 @@ def test_needles_are_exact_and_answerable(ctx: int, seed: int) -> None:
         assert req.content_tokens == content_count(req)
         assert req.expected is not None and req.expected.isdigit()
         text = "".join(content for _r, content in req.messages)
-        assert sessions.answer_needle(text) == req.expected
+        assert probes.answer_needle(text) == req.expected
         answers.add(req.expected)
     assert len(answers) >= 2
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.workload.sessions import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from tests.conftest import SimServers
 
 MODEL = "sim-27b"

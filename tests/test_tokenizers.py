@@ -12,7 +12,7 @@ from sessiongen import scenario
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.process import start_sim
-from sessiongen.workload import sessions, textgen
+from sessiongen.workload import probes, sessions, textgen
 from sessiongen.workload.tokenize import HFTokenizer, ServerTokenizer
 
 
@@ -55,7 +55,7 @@ def test_hf_tokenizer_json_is_exact(tmp_path_factory: pytest.TempPathFactory, pr
             assert counted == req.content_tokens
             if probe == "needle":
                 text = "".join(c for _r, c in req.messages)
-                assert sessions.answer_needle(text) == req.expected
+                assert probes.answer_needle(text) == req.expected
 
 
 def test_server_tokenizer_counts_with_the_served_model() -> None:

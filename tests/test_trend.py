@@ -11,6 +11,9 @@ import pytest
 from sessiongen import analysis, trend
 from sessiongen.errors import RunDirError, UserError
 from sessiongen.records import io as records
+from sessiongen.records.format import RunMeta
+from sessiongen.trend import check as tcheck
+from sessiongen.trend import store as tstore
 from tests.synthetic import SyntheticSpec, write_run
 from tests.trend_history import (
     SUMMARY_SCHEMA,
@@ -97,7 +100,7 @@ def test_versions_of_sim_and_endpoint_manifests() -> None:
         "tool": {"sessiongen_version": "0.1.0", "git_sha": "0123456789abcdef"},
         "target": {"kind": "sim", "profile": {"slowdown": 1.3, "replicas": 2}},
     }
-    assert trend.versions_of(sim) == {
+    assert tstore.versions_of(RunMeta.from_manifest(sim)) == {
         "sessiongen": "0.1.0",
         "git_sha": "0123456789ab",
         "target": "sim",
@@ -108,8 +111,8 @@ def test_versions_of_sim_and_endpoint_manifests() -> None:
         "tool": {"sessiongen_version": "0.1.0", "git_sha": None},
         "target": {"kind": "endpoints", "servers": [{"url": "u", "version": {"version": "0.9.1"}}]},
     }
-    assert trend.versions_of(real)["servers.0.version.version"] == "0.9.1"
-    assert trend.changed_versions({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "x"}) == (
+    assert tstore.versions_of(RunMeta.from_manifest(real))["servers.0.version.version"] == "0.9.1"
+    assert tstore.changed_versions({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "x"}) == (
         "b: 2 -> 3; c: - -> x"
     )
 
@@ -132,7 +135,7 @@ def test_no_false_alarms_on_flat_histories_over_many_seeds() -> None:
     # the method (P(>3 | 0.1%) < 0.04), not bad luck.
     alarms = []
     for seed in range(200):
-        groups = trend.check_groups(history_frame([FLAT] * 10, seed))
+        groups = tcheck.check_groups(history_frame([FLAT] * 10, seed))
         alarms += [(seed, s.cell) for _n, series, _c in groups for s in series if s.finding]
     assert len(alarms) <= 3, alarms
 
@@ -157,7 +160,7 @@ def test_planted_slowdown_is_found_over_seeds() -> None:
     # right night nearly always; a miss needs two of the three nights far below the truth.
     found = []
     for seed in range(20):
-        groups = trend.check_groups(history_frame([FLAT] * 8 + [SLOW] * 3, seed))
+        groups = tcheck.check_groups(history_frame([FLAT] * 8 + [SLOW] * 3, seed))
         hits = [s.finding for _n, series, _c in groups for s in series if s.finding]
         assert all(h["started"] == night_label(8) for h in hits), (seed, hits)
         found.append(len(hits) == 1 and hits[0]["kind"] == "regression")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sessiongen import trend
+from sessiongen.trend import store as tstore
 
 Z95 = 1.959963984540054
 START = datetime(2026, 11, 1, 2, 0, 0, tzinfo=UTC)
@@ -130,11 +130,11 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
 
 def identity(
     i: int, name: str = "nightly", versions: Mapping[str, str] | None = None
-) -> trend.RunIdentity:
+) -> tstore.RunIdentity:
     """The identity of night ``i`` (one day apart, 02:00 UTC)."""
     when = START + timedelta(days=i)
     base = {"sessiongen": "0.1.0", "git_sha": "abc123", "target": "sim", "sim.slowdown": "1.0"}
-    return trend.RunIdentity(
+    return tstore.RunIdentity(
         run_id=f"{when:%Y%m%dT%H%M%SZ}-{name}-{i:04x}",
         scenario_name=name,
         scenario_digest=f"{name}-digest",
@@ -156,7 +156,7 @@ def write_history(
     rng = np.random.default_rng([seed, first])
     paths = []
     for i, night in enumerate(nights, start=first):
-        path = trend.add_summary(
+        path = tstore.add_summary(
             store, summary_frame(night, rng), identity(i, name, night.versions)
         )
         assert path is not None

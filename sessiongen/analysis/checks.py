@@ -48,7 +48,8 @@ from typing import Any
 
 import polars as pl
 
-from sessiongen.records.run import CELL_KEYS, Run
+from sessiongen.records.format import CELL_KEYS
+from sessiongen.records.run import Run
 
 LOGPROB_TOL = 1e-2
 """Default tolerance on first-token logprob differences (see the module docstring)."""

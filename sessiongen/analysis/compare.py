@@ -26,16 +26,11 @@ import numpy as np
 import polars as pl
 
 from sessiongen.analysis import stats
+from sessiongen.analysis.frames import finite_or_none, frame_from_rows, partition, sample
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.errors import RunDirError
-from sessiongen.records.run import (
-    CELL_KEYS,
-    Run,
-    finite_or_none,
-    frame_from_rows,
-    partition,
-    sample,
-)
+from sessiongen.records.format import CELL_KEYS
+from sessiongen.records.run import Run
 
 Verdict = Literal["regression", "improvement", "no change"]
 
@@ -94,7 +89,7 @@ def _fmt(value: Any) -> str:
 
 def _check_comparable(run_a: Run, run_b: Run, force: bool) -> tuple[str, ...]:
     """Refuse different scenarios unless forced; note other differences that matter."""
-    da, db = run_a.manifest.get("scenario_digest"), run_b.manifest.get("scenario_digest")
+    da, db = run_a.meta.scenario_digest, run_b.meta.scenario_digest
     if da != db and not force:
         raise RunDirError(
             f"{run_b.path}: scenario_digest {db} differs from {run_a.path.name}'s {da}; "
@@ -105,13 +100,13 @@ def _check_comparable(run_a: Run, run_b: Run, force: bool) -> tuple[str, ...]:
         notes.append(f"note: scenario digests differ ({da} vs {db}); compared because forced")
     for label, get in (
         ("target", lambda r: r.target_label),
-        ("sessiongen version", lambda r: r.manifest.get("tool", {}).get("sessiongen_version")),
+        ("sessiongen version", lambda r: r.meta.sessiongen_version),
     ):
         va, vb = get(run_a), get(run_b)
         if va != vb:
             notes.append(f"note: {label} differs: A {va}, B {vb}")
     for r, name in ((run_a, "A"), (run_b, "B")):
-        if r.manifest.get("complete") is False:
+        if r.meta.complete is False:
             notes.append(f"note: run {name} ({r.run_id}) is incomplete")
     return tuple(notes)
 

@@ -1,9 +1,6 @@
 """Latency analysis of a run: per-turn medians, ON/OFF speedups, sessions and block drift.
 
-The package :mod:`sessiongen.analysis` re-exports this module's public names, with
-:func:`load_run` (:mod:`sessiongen.records.run`), the checks
-(:mod:`sessiongen.analysis.checks`) and :func:`compare_runs`
-(:mod:`sessiongen.analysis.compare`).
+The CLI, the notebook and the nightly job reach these through :mod:`sessiongen.analysis`.
 
 Definitions (the README links here)
 -----------------------------------
@@ -39,63 +36,16 @@ import numpy as np
 import polars as pl
 
 from sessiongen.analysis import stats
-from sessiongen.analysis.checks import (
-    LOGPROB_TOL,
-    Equivalence,
-    cache_attribution,
-    contamination,
-    contamination_expr,
-    divergence_counts,
-    divergences,
-    equivalence,
-    needle_grades,
-)
-from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.checks import contamination_expr
+from sessiongen.analysis.frames import finite_or_none, frame_from_rows, partition, sample
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
-from sessiongen.records.run import (
-    ARM_KEYS,
-    CELL_KEYS,
-    Run,
-    drop_single_context,
-    finite_or_none,
-    frame_from_rows,
-    latest_run,
-    load_run,
-    partition,
-    resolve_run_dir,
-    sample,
-)
+from sessiongen.records.format import ARM_KEYS, CELL_KEYS
+from sessiongen.records.run import Run
 
-__all__ = [
-    "LOGPROB_TOL",
-    "Bootstrap",
-    "Comparison",
-    "Equivalence",
-    "Run",
-    "arm_turn_table",
-    "block_drift",
-    "cache_attribution",
-    "cold_first_turns",
-    "compare_runs",
-    "console_table",
-    "contamination",
-    "contamination_expr",
-    "cross_vs_same",
-    "divergence_counts",
-    "divergences",
-    "drop_single_context",
-    "equivalence",
-    "latest_run",
-    "load_run",
-    "needle_grades",
-    "paired_design",
-    "resolve_run_dir",
-    "run_identity",
-    "run_summary",
-    "session_speedup",
-    "session_totals",
-    "speedup_table",
-]
+#: Block drift is judged only when it is larger than this (relative) ...
+DRIFT_MIN = 0.02
+#: ... and rests on at least this many paired sessions.
+DRIFT_MIN_UNITS = 5
 
 
 def _unit_matrix(frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s") -> np.ndarray:
@@ -318,8 +268,8 @@ def block_drift(
     run: Run,
     *,
     boot: Bootstrap = DEFAULT_BOOTSTRAP,
-    min_drift: float = 0.02,
-    min_units: int = 5,
+    min_drift: float = DRIFT_MIN,
+    min_units: int = DRIFT_MIN_UNITS,
     speedups: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """First vs last block of each arm: drift with a CI, compared against the ON/OFF effect.
@@ -377,72 +327,6 @@ def block_drift(
         "flagged": pl.Boolean(),
     }
     return frame_from_rows(rows, [*ARM_KEYS, "context_tokens"], run.requests, values)
-
-
-def run_summary(
-    run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP, logprob_tol: float = LOGPROB_TOL
-) -> pl.DataFrame:
-    """One row per (placement, cache, context_tokens, turn) with the headline metrics.
-
-    The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
-    turning the cache on buys, relative to the OFF row of the same placement and turn);
-    ``divergences`` (sessions whose answers differ across arms or blocks, or whose
-    first-token logprobs differ by more than ``logprob_tol``: see
-    :mod:`sessiongen.analysis.checks`) belongs to a placement and turn and appears on both rows.
-    This is what ``summary.csv`` and the nightly trend store hold.
-    """
-    cell = ["placement", "context_tokens", "turn"]
-    arm = arm_turn_table(run, boot=boot)
-    speed = speedup_table(run, boot=boot).select(
-        *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
-    )
-    div = divergence_counts(run, logprob_tol=logprob_tol).select(
-        *cell, divergences=pl.col("diverged")
-    )
-    needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
-    out = (
-        arm.join(speed, on=cell, how="left", nulls_equal=True)
-        .join(div, on=cell, how="left", nulls_equal=True)
-        .join(needle, on=list(CELL_KEYS), how="left", nulls_equal=True)
-    )
-    on_only = [
-        pl.when(pl.col("cache") == "on").then(pl.col(c)).otherwise(None).alias(c)
-        for c in ("speedup", "speedup_ci_low", "speedup_ci_high")
-    ]
-    return (
-        out.with_columns(*on_only, pl.col("divergences").fill_null(0))
-        .select(
-            *CELL_KEYS,
-            "n",
-            "errors",
-            "median_ttft_s",
-            "ci_low_s",
-            "ci_high_s",
-            "p90_ttft_s",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
-            "contamination",
-            "divergences",
-            "needle_graded",
-            "needle_correct",
-        )
-        .sort(list(CELL_KEYS))
-    )
-
-
-def run_identity(run: Run) -> dict[str, Any]:
-    """What identifies a run for trend storage: ids, scenario digest, versions, target."""
-    m = run.manifest
-    return {
-        "run_id": run.run_id,
-        "scenario_name": run.scenario_name,
-        "scenario_digest": m.get("scenario_digest"),
-        "started_at": m.get("started_at"),
-        "complete": m.get("complete"),
-        "tool": m.get("tool", {}),
-        "target": m.get("target", {}),
-    }
 
 
 def _fmt_cell(value: float | None, fmt: str) -> str:

@@ -1,16 +1,12 @@
 """Calibrate the client: how much time the driver itself adds to every TTFT it reports.
 
-A reference server, in its own process so it never shares the driver's event loop,
-answers every streaming request after an exactly known delay and then streams content
-chunks, one chunk per socket write, vLLM-shaped. It stamps the first content chunk
-with three times on the machine's monotonic clock (the one ``perf_counter_ns`` reads
-in every process on Linux):
-
-- ``server_rx_ns``: when the last byte of the request body reached its socket, from
-  the kernel's receive timestamp (``SO_TIMESTAMPNS``), so neither its own loop being
-  busy with other connections nor its wake-up latency is charged to the client;
-- ``server_tx_ns``: just before it wrote the first content chunk;
-- ``server_ns`` = tx - rx: its own time to first chunk (the delay, plus any lateness).
+A reference server (:mod:`sessiongen.calibrate.refserver`), in its own process so it
+never shares the driver's event loop, answers every streaming request after an exactly
+known delay and then streams content chunks, one chunk per socket write, vLLM-shaped.
+Its final usage chunk carries three stamps on the machine's monotonic clock: when the
+request's last byte reached its socket (``server_rx_ns``, the kernel's receive time),
+when it wrote the first content chunk (``server_tx_ns``), and the difference
+(``server_ns``).
 
 So for each request, with the client's ``send_ns`` and first-content timestamp ``t1``:
 
@@ -40,289 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import math
-import select
-import socket
-import struct
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sessiongen.client import driver
+from sessiongen.calibrate.refserver import (
+    CHUNKS_HEADER,
+    DELAY_HEADER,
+    INTERVAL_HEADER,
+    ReferenceServer,
+)
+from sessiongen.client import http1
+from sessiongen.client.driver import CHAT_PATH, Client, Result, serialize
 from sessiongen.client.lagmon import LagMonitor
+from sessiongen.scenario.spec import Scenario
 
-if TYPE_CHECKING:
-    from sessiongen.scenario.spec import Scenario
-
-DELAY_HEADER = "X-Ref-Delay-S"
-CHUNKS_HEADER = "X-Ref-Chunks"
-INTERVAL_HEADER = "X-Ref-Chunk-Interval-S"
 BYTES_PER_TOKEN = 4.3  # JSON body bytes per prompt token (English prose, cl100k)
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_CHUNK_TEMPLATE = (
-    b'{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":"ref",'
-    b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}]}'
-)
-
-
-# The reference server ------------------------------------------------------------------
-
-
-def _event(payload: bytes) -> bytes:
-    """One SSE event as one HTTP/1.1 chunk."""
-    data = b"data: " + payload + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    + _event(b'{"choices":[{"index":0,"delta":{"role":"assistant"}}]}')
-)
-_PIECE = _event(_CHUNK_TEMPLATE)
-
-
-def _tail(chunks: int) -> bytes:
-    usage = b'{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d}}' % chunks
-    return _event(usage) + _event(b"[DONE]") + b"0\r\n\r\n"
-
-
-class _RefConn:
-    """One connection of the reference server: read a request, answer it on schedule."""
-
-    def __init__(self, server: _RefServer, sock: socket.socket) -> None:
-        self.server = server
-        self.sock = sock
-        self.head = bytearray()
-        self.left = -1  # body bytes still to come; -1 while reading the head
-        self.params = (0.05, 4, 0.0)
-        self.out = bytearray()
-        self.sent = 0
-        self.total = 0
-        self.closed = False
-
-    def readable(self) -> None:
-        srv = self.server
-        while not self.closed:
-            try:
-                n, anc, _flags, _addr = self.sock.recvmsg_into([srv.buf], 64)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.close()
-                return
-            if n == 0:
-                self.close()
-                return
-            rx = _kernel_rx_ns(anc)
-            self._consume(srv.view[:n], rx)
-
-    def _consume(self, data: memoryview, rx: int) -> None:
-        if self.left < 0:
-            self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.head) > 65536:
-                    self.close()
-                return
-            fields = _fields(bytes(self.head[:end]))
-            have = len(self.head) - end - 4
-            self.head.clear()
-            self.params = (
-                float(fields.get(DELAY_HEADER.lower(), "0.05")),
-                int(fields.get(CHUNKS_HEADER.lower(), "4")),
-                float(fields.get(INTERVAL_HEADER.lower(), "0")),
-            )
-            self.left = int(fields.get("content-length", "0")) - have
-        else:
-            self.left -= len(data)
-        if self.left == 0:
-            self.left = -1
-            self._answer(rx)
-        elif self.left < 0:
-            self.close()  # more than the body (pipelining): not something clients send
-
-    def _answer(self, rx: int) -> None:
-        delay, chunks, interval = self.params
-        self.total = chunks
-        self.sent = 0
-        self._write(_HEAD)
-        wait = max(0.0, (rx + int(delay * 1e9) - time.perf_counter_ns()) / 1e9)
-        self.server.loop.call_later(wait, self._first, rx, interval)
-
-    def _first(self, rx: int, interval: float) -> None:
-        if self.closed:
-            return
-        tx = time.perf_counter_ns()
-        stamps = b',"server_ns":%d,"server_rx_ns":%d,"server_tx_ns":%d}' % (tx - rx, rx, tx)
-        self._write(_event(_CHUNK_TEMPLATE[:-1] + stamps))
-        self.sent = 1
-        self._more(interval)
-
-    def _more(self, interval: float) -> None:
-        """Next chunks: one per write, paced, or flat out with a yield every few."""
-        burst = 1 if interval else 16
-        while not self.closed and self.sent < self.total and burst:
-            if self.out:  # the socket is full: resume when it drains
-                self.server.loop.call_later(0.0005, self._more, interval)
-                return
-            self._write(_PIECE)
-            self.sent += 1
-            burst -= 1
-        if self.closed:
-            return
-        if self.sent < self.total:
-            self.server.loop.call_later(interval, self._more, interval)
-        else:
-            self._write(_tail(self.total))
-
-    def _write(self, data: bytes) -> None:
-        if self.out:
-            self.out += data
-            return
-        try:
-            n = self.sock.send(data)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            self.close()
-            return
-        if n < len(data):
-            self.out += data[n:]
-            self.server.loop.add_writer(self.sock.fileno(), self._flush)
-
-    def _flush(self) -> None:
-        try:
-            n = self.sock.send(self.out)
-        except BlockingIOError:
-            return
-        except OSError:
-            self.close()
-            return
-        del self.out[:n]
-        if not self.out:
-            self.server.loop.remove_writer(self.sock.fileno())
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            loop = self.server.loop
-            loop.remove_reader(self.sock.fileno())
-            loop.remove_writer(self.sock.fileno())
-            self.sock.close()
-
-
-def _fields(head: bytes) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        out[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-    return out
-
-
-def _kernel_rx_ns(anc: list[tuple[int, int, bytes]]) -> int:
-    """The kernel's receive time of the read's latest bytes, on the monotonic clock.
-
-    The kernel stamps with the real-time clock; the offset to the monotonic clock is
-    read right here, bracketed by two monotonic reads. Without a stamp (another OS),
-    the time of the read itself.
-    """
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
-            sec, nsec = struct.unpack("qq", data[:16])
-            before = time.perf_counter_ns()
-            real = time.time_ns()
-            after = time.perf_counter_ns()
-            return sec * 1_000_000_000 + nsec - (real - (before + after) // 2)
-    return time.perf_counter_ns()
-
-
-class _RefServer:
-    """The reference server's listening socket and its connections, on one loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.buf = bytearray(1 << 20)
-        self.view = memoryview(self.buf)
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # A large receive buffer (inherited by accepted sockets) lets a whole body land in
-        # the kernel while this loop is busy elsewhere: the upload is not throttled by the
-        # reference server's own reading speed.
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(4096)
-        self.listener.setblocking(False)
-        self.port: int = self.listener.getsockname()[1]
-        loop.add_reader(self.listener.fileno(), self._accept)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-            conn = _RefConn(self, sock)
-            self.loop.add_reader(sock.fileno(), conn.readable)
-
-
-def serve_main() -> None:
-    """Entry of the reference server process: print the port, serve until stdin closes."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        server = _RefServer(loop)
-        stop: asyncio.Future[None] = loop.create_future()
-
-        def stdin_readable() -> None:
-            if not stop.done():
-                stop.set_result(None)
-
-        loop.add_reader(sys.stdin.fileno(), stdin_readable)
-        print(f"PORT {server.port}", flush=True)
-        await stop
-
-    asyncio.run(main())
-
-
-class ReferenceServer:
-    """The reference server in a child process; a context manager with its ``url``."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> ReferenceServer:
-        code = "from sessiongen.calibrate.measure import serve_main; serve_main()"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], 60)
-        line = self._proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("PORT "):
-            self.__exit__()
-            raise RuntimeError(f"reference server did not start: {line!r}")
-        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()  # the server stops when its stdin closes
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        self._proc = None
 
 
 # Measuring -----------------------------------------------------------------------------
@@ -343,15 +72,38 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 def request_body(body_bytes: int) -> bytes:
     """A chat request body of ``body_bytes`` bytes (at least its JSON frame), prose-like."""
-    frame = driver.serialize(
+    frame = serialize(
         {"model": "ref", "messages": [{"role": "user", "content": ""}], "stream": True}
     )
     phrase = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. "
     need = max(0, body_bytes - len(frame))
     filler = (phrase * (need // len(phrase) + 1))[:need]
-    return driver.serialize(
+    return serialize(
         {"model": "ref", "messages": [{"role": "user", "content": filler}], "stream": True}
     )
+
+
+class _DelayedConn(http1.Conn):
+    """A connection that waits a planted delay before writing each request.
+
+    Inside the timed span (after ``send_ns``), so a calibration with a planted delay
+    must report it as added TTFT: the self-check of the method.
+    """
+
+    delay_s = 0.0
+
+    async def write(self, head: bytes, body: Sequence[http1.Buffer]) -> None:
+        await asyncio.sleep(self.delay_s)
+        await super().write(head, body)
+
+
+def _client(concurrency: int, injected_delay_s: float) -> Client:
+    """A client whose connections plant ``injected_delay_s`` before every request."""
+    if not injected_delay_s:
+        return Client(concurrency, 30.0)
+    conn_class = type("DelayedConn", (_DelayedConn,), {"delay_s": injected_delay_s})
+    pool = http1.Pool(concurrency + 8, connect_timeout_s=30.0, conn_class=conn_class)
+    return Client(concurrency, 30.0, pool=pool)
 
 
 def _monitor() -> LagMonitor:
@@ -363,7 +115,7 @@ def _monitor() -> LagMonitor:
     return LagMonitor(interval_s=0.001, threshold_s=0.001, warn=False)
 
 
-def _breakdown(results: Sequence[driver.Result], lag: LagMonitor) -> dict[str, Any]:
+def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, Any]:
     """Added TTFT, upstream and downstream percentiles (ms) of measured requests."""
     added: list[float] = []
     clean: list[float] = []  # requests no stall of waiting for a CPU reached into
@@ -371,14 +123,14 @@ def _breakdown(results: Sequence[driver.Result], lag: LagMonitor) -> dict[str, A
     down: list[float] = []
     flagged = failed = 0
     for res in results:
-        if not res.ok or res.server_ns is None or not res.chunk_ns:
+        stamps = res.usage_chunk or {}
+        if not res.ok or "server_ns" not in stamps or not res.chunk_ns:
             failed += 1
             continue
         first = res.chunk_ns[0]
-        added.append((first - res.send_ns - res.server_ns) / 1e6)
-        if res.server_rx_ns is not None and res.server_tx_ns is not None:
-            up.append((res.server_rx_ns - res.send_ns) / 1e6)
-            down.append((first - res.server_tx_ns) / 1e6)
+        added.append((first - res.send_ns - stamps["server_ns"]) / 1e6)
+        up.append((stamps["server_rx_ns"] - res.send_ns) / 1e6)
+        down.append((first - stamps["server_tx_ns"]) / 1e6)
         flagged += lag.flagged(res.send_ns, first)
         if not lag.flagged(res.send_ns, first, preempted_only=True):
             clean.append(added[-1])
@@ -419,20 +171,13 @@ async def measure_burst(
     headers = {DELAY_HEADER: str(delay_s), CHUNKS_HEADER: "4"}
     lag = _monitor()
     lag_task = asyncio.create_task(lag.run())
-    results: list[driver.Result] = []
-    async with driver.new_client_session(concurrency, 30.0) as http:
-        await driver.prewarm(http, url, concurrency)
+    results: list[Result] = []
+    async with _client(concurrency, injected_delay_s) as client:
+        await client.prewarm(url, concurrency)
         for _ in range(rounds):
             results += await asyncio.gather(
                 *(
-                    driver.send(
-                        http,
-                        url + driver.CHAT_PATH,
-                        body,
-                        extra_headers=headers,
-                        pre_send_delay_s=injected_delay_s,
-                        timeout_s=60.0,
-                    )
+                    client.send(url + CHAT_PATH, body, headers=headers, timeout_s=60.0)
                     for _ in range(concurrency)
                 )
             )
@@ -466,29 +211,22 @@ async def measure_steady(
     }
     cycle = delay_s + chunks * interval_s
     lag = _monitor()
-    results: list[driver.Result] = []
+    results: list[Result] = []
 
-    async def stream(http: Any, k: int, stop_at: float) -> None:
+    async def stream(client: Client, k: int, stop_at: float) -> None:
         await asyncio.sleep(cycle * k / concurrency)
         first = True
         while time.perf_counter() < stop_at:
-            res = await driver.send(
-                http,
-                url + driver.CHAT_PATH,
-                body,
-                extra_headers=headers,
-                pre_send_delay_s=injected_delay_s,
-                timeout_s=60.0,
-            )
+            res = await client.send(url + CHAT_PATH, body, headers=headers, timeout_s=60.0)
             if not first:
                 results.append(res)
             first = False
 
-    async with driver.new_client_session(concurrency, 30.0) as http:
-        await driver.prewarm(http, url, concurrency)
+    async with _client(concurrency, injected_delay_s) as client:
+        await client.prewarm(url, concurrency)
         lag_task = asyncio.create_task(lag.run())
         stop_at = time.perf_counter() + cycle + duration_s
-        await asyncio.gather(*(stream(http, k, stop_at) for k in range(concurrency)))
+        await asyncio.gather(*(stream(client, k, stop_at) for k in range(concurrency)))
         lag_task.cancel()
     return {"body_bytes": len(body), **_breakdown(results, lag)}
 
@@ -509,14 +247,11 @@ async def measure_stream_rate(
     """
     body = request_body(1000)
     headers = {DELAY_HEADER: "0", CHUNKS_HEADER: str(chunks), INTERVAL_HEADER: str(interval_s)}
-    async with driver.new_client_session(streams, 30.0) as http:
-        await driver.prewarm(http, url, streams)
+    async with Client(streams, 30.0) as client:
+        await client.prewarm(url, streams)
         wall, cpu = time.perf_counter(), time.process_time()
         results = await asyncio.gather(
-            *(
-                driver.send(http, url + driver.CHAT_PATH, body, extra_headers=headers)
-                for _ in range(streams)
-            )
+            *(client.send(url + CHAT_PATH, body, headers=headers) for _ in range(streams))
         )
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     got = sum(len(r.chunk_ns) for r in results if r.ok)

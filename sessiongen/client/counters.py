@@ -25,11 +25,14 @@ EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 
+#: Tracked counters of one replica at one moment, by name.
+Snapshot = dict[str, float]
+
 #: Counters kept in snapshots (others are ignored to keep metrics.parquet small).
 TRACKED = (LOCAL_HITS, LOCAL_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, RUNNING, WAITING)
 
 
-def parse(text: str) -> dict[str, float]:
+def parse(text: str) -> Snapshot:
     """Sum each tracked sample over its labels; missing counters are absent from the result."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -39,7 +42,7 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-async def snapshot(session: aiohttp.ClientSession, base_url: str) -> dict[str, float] | None:
+async def snapshot(session: aiohttp.ClientSession, base_url: str) -> Snapshot | None:
     """Tracked counters of one replica, or None when /metrics cannot be read."""
     try:
         async with session.get(base_url.rstrip("/") + "/metrics") as resp:

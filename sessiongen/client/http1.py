@@ -54,8 +54,8 @@ class Sink:
     def start(self, send_ns: int) -> None:
         """The request is about to be written (called again if it is retried)."""
 
-    def head(self, status: int, now: int) -> None:
-        """The status line and headers arrived."""
+    def head(self, status: int, headers: dict[str, str], now: int) -> None:
+        """The status line and headers (names lowercased) arrived."""
 
     def data(self, chunk: bytes, now: int) -> bool:
         """Body bytes arrived; return True once the caller has what it waits for."""
@@ -63,7 +63,7 @@ class Sink:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Exchange:
     """How one exchange ended: times on ``perf_counter_ns`` and a fault, if any."""
 
     send_ns: int
@@ -82,7 +82,7 @@ class _End:
 
 
 @dataclass(frozen=True)
-class Target:
+class Route:
     """Where a URL points, with the fixed part of the request head pre-encoded."""
 
     scheme: str
@@ -106,7 +106,7 @@ class Target:
 
 
 @functools.lru_cache(maxsize=1024)
-def target(url: str) -> Target:
+def route(url: str) -> Route:
     """Parse ``url`` once (URLs repeat: a few replicas times one API path)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -115,7 +115,7 @@ def target(url: str) -> Target:
     netloc = parts.netloc.rpartition("@")[2]
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     prefix = f"POST {path} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: sessiongen/{__version__}\r\n"
-    return Target(parts.scheme, parts.hostname, port, prefix.encode("latin-1"))
+    return Route(parts.scheme, parts.hostname, port, prefix.encode("latin-1"))
 
 
 class Conn(asyncio.Protocol):
@@ -363,16 +363,17 @@ class Conn(asyncio.Protocol):
         status = int(parts[1])
         if 100 <= status < 200:
             return  # interim response: the real head follows
-        fields: dict[bytes, bytes] = {}
+        fields: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            fields[name.strip().lower()] = value.strip().lower()
-        self._keep_alive = parts[0] == b"HTTP/1.1" and fields.get(b"connection") != b"close"
-        if b"chunked" in fields.get(b"transfer-encoding", b""):
+            fields[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        connection = fields.get("connection", "").lower()
+        self._keep_alive = parts[0] == b"HTTP/1.1" and connection != "close"
+        if "chunked" in fields.get("transfer-encoding", "").lower():
             self._state = _CHUNK_SIZE
-        elif b"content-length" in fields:
+        elif "content-length" in fields:
             try:
-                self._left = int(fields[b"content-length"])
+                self._left = int(fields["content-length"])
             except ValueError:
                 raise ProtocolFault("malformed HTTP response: bad Content-Length") from None
             self._state = _LENGTH
@@ -380,19 +381,32 @@ class Conn(asyncio.Protocol):
             self._state = _UNTIL_EOF
             self._keep_alive = False
         assert self._sink is not None
-        self._sink.head(status, now)
+        self._sink.head(status, fields, now)
 
 
 class Pool:
-    """Idle keep-alive connections per (scheme, host, port), most recently used first."""
+    """Idle keep-alive connections per (scheme, host, port), most recently used first.
 
-    def __init__(self, max_idle_per_host: int = 64) -> None:
+    ``connect_timeout_s`` bounds each new connection. ``conn_class`` makes connections:
+    a subclass of :class:`Conn` can change how a request is written (calibration plants
+    a known client delay that way) without a branch on the measured path.
+    """
+
+    def __init__(
+        self,
+        max_idle_per_host: int = 64,
+        *,
+        connect_timeout_s: float = 10.0,
+        conn_class: type[Conn] | None = None,
+    ) -> None:
         self.max_idle = max_idle_per_host
+        self.connect_timeout_s = connect_timeout_s
+        self.conn_class = conn_class or Conn
         self._idle: dict[tuple[str, str, int], list[Conn]] = {}
         self._open: set[Conn] = set()
         self._ssl: ssl.SSLContext | None = None
 
-    async def acquire(self, tgt: Target, connect_timeout_s: float) -> tuple[Conn, float | None]:
+    async def acquire(self, tgt: Route) -> tuple[Conn, float | None]:
         """A live idle connection (connect time None) or a new one (its connect time)."""
         idle = self._idle.get(tgt.key)
         while idle:
@@ -400,18 +414,18 @@ class Pool:
             if conn.alive:
                 return conn, None
         start = time.perf_counter_ns()
-        conn = await self._connect(tgt, connect_timeout_s)
+        conn = await self._connect(tgt)
         return conn, (time.perf_counter_ns() - start) / 1e9
 
-    async def _connect(self, tgt: Target, timeout_s: float) -> Conn:
+    async def _connect(self, tgt: Route) -> Conn:
         loop = asyncio.get_running_loop()
         context: ssl.SSLContext | None = None
         if tgt.scheme == "https":
             context = self._ssl = self._ssl or ssl.create_default_context()
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(self.connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: Conn(self, tgt.key), tgt.host, tgt.port, ssl=context
+                    lambda: self.conn_class(self, tgt.key), tgt.host, tgt.port, ssl=context
                 )
         except TimeoutError:
             raise ConnectFault(f"cannot connect to {tgt.host}:{tgt.port}: timed out") from None
@@ -435,12 +449,12 @@ class Pool:
         if idle and conn in idle:
             idle.remove(conn)
 
-    async def prewarm(self, url: str, connections: int, connect_timeout_s: float) -> int:
+    async def prewarm(self, url: str, connections: int) -> int:
         """Open connections to ``url``'s host until ``connections`` are idle; how many are."""
-        tgt = target(url)
+        tgt = route(url)
         missing = connections - len(self._idle.get(tgt.key, ()))
         opened = await asyncio.gather(
-            *(self._connect(tgt, connect_timeout_s) for _ in range(max(0, missing))),
+            *(self._connect(tgt) for _ in range(max(0, missing))),
             return_exceptions=True,
         )
         for conn in opened:
@@ -457,16 +471,14 @@ class Pool:
 
 
 async def exchange(
-    pool: Pool | None,
+    pool: Pool,
     url: str,
     body: Buffer | Sequence[Buffer],
     sink: Sink,
     *,
     timeout_s: float,
-    connect_timeout_s: float,
     headers: dict[str, str] | None = None,
-    pre_send_delay_s: float = 0.0,
-) -> Outcome:
+) -> Exchange:
     """POST ``body`` to ``url`` and feed the response to ``sink`` as it is read.
 
     ``body`` may be given in parts (sent in order, never joined), so that a caller
@@ -476,21 +488,17 @@ async def exchange(
     Returns when the sink says it has what it waits for (the rest of the response is
     still read in the background so the connection can be reused), when the response
     ends, or on a fault. Raises :class:`ConnectFault` when no connection can be made.
-    With ``pool`` None a one-off pool is used and the connection closed afterwards.
+    A pool with ``max_idle_per_host=0`` closes every connection after its exchange.
     """
-    tgt = target(url)
-    if pool is None:
-        pool = Pool(max_idle_per_host=0)
+    tgt = route(url)
     parts: Sequence[Buffer] = [body] if isinstance(body, bytes | bytearray | memoryview) else body
     head = tgt.request_head(sum(memoryview(p).nbytes for p in parts), headers)
     for attempt in (0, 1):
-        conn, connect_s = await pool.acquire(tgt, connect_timeout_s)
+        conn, connect_s = await pool.acquire(tgt)
         send_ns = time.perf_counter_ns()
         sink.start(send_ns)
         done = conn.begin(sink, timeout_s, send_ns)
         try:
-            if pre_send_delay_s:
-                await asyncio.sleep(pre_send_delay_s)
             await conn.write(head, parts)
             end = await done
         except BaseException:
@@ -498,5 +506,5 @@ async def exchange(
             raise
         if end.fault is not None and end.retryable and connect_s is None and attempt == 0:
             continue  # a pooled connection the server had closed: nothing was answered
-        return Outcome(send_ns, end.end_ns, connect_s, end.fault, end.reads)
+        return Exchange(send_ns, end.end_ns, connect_s, end.fault, end.reads)
     raise AssertionError("unreachable")

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import EndpointError
-from sessiongen.launch import commands, net, procs
+from sessiongen.infra import files, net, procs
+from sessiongen.launch import commands
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
 
@@ -305,29 +306,29 @@ class ManagedPair:
             raise EndpointError("start-up cancelled: the pair is being stopped")
 
     def _wait_healthy(self, deadline: float) -> None:
-        """Poll the health URL of every process not yet known healthy."""
+        """Wait until every process not yet known healthy answers its health check."""
         pending = [rec for rec in self._records if rec.name not in self._healthy]
-        while pending:
+
+        def check() -> None:
             self._check_not_stopping()
-            for rec in list(pending):
+            for rec in pending:
                 code = self._children[rec.pid].poll()
                 if code is not None:
                     raise EndpointError(
                         f"{rec.name} (port {rec.port}) exited with status {code} during "
                         f"start-up; log {rec.log}, last lines:\n{procs.log_tail(Path(rec.log))}"
                     )
-                if net.http_ok(rec.health_url):
-                    self._healthy.add(rec.name)
-                    pending.remove(rec)
-            if not pending:
-                break
-            if time.monotonic() >= deadline:
-                names = ", ".join(f"{r.name} ({r.health_url})" for r in pending)
-                raise EndpointError(
-                    f"not healthy within {self.spec.startup_timeout_s:g} s: {names}; "
-                    f"logs in {self.log_dir}"
-                )
-            time.sleep(_POLL_S)
+
+        net.wait_healthy(
+            [rec.health_url for rec in pending],
+            deadline,
+            poll_s=_POLL_S,
+            check=check,
+            labels=[rec.name for rec in pending],
+            within=f"{self.spec.startup_timeout_s:g} s",
+            note=f"logs in {self.log_dir}",
+        )
+        self._healthy.update(rec.name for rec in pending)
 
     def _leader_running(self, rec: ProcessRecord) -> bool:
         child = self._children.get(rec.pid)
@@ -337,7 +338,7 @@ class ManagedPair:
 
     def _save_state(self) -> None:
         if self.state_file is not None:
-            procs.write_json_atomic(self.state_file, self.state())
+            files.atomic_write_json(self.state_file, self.state())
 
 
 class _SigtermAsExit:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import EndpointError, RunDirError, ScenarioError
-from sessiongen.launch import net, procs
+from sessiongen.infra import files, net, procs
 from sessiongen.launch.pair import STATE_SCHEMA, ManagedPair
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import Scenario
@@ -80,7 +80,7 @@ def pair_up(
     pair.start()
     try:
         state = {**pair.detach(), "scenario": scenario.source, "scenario_name": scenario.name}
-        procs.write_json_atomic(path, state)
+        files.atomic_write_json(path, state)
     except BaseException:
         pair.stop()
         raise

@@ -24,12 +24,11 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import MissingDependencyError
+from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.workload.tokenize import TiktokenTokenizer
 
 BUILTIN_TINY = "builtin:tiny"
@@ -159,9 +158,9 @@ def build_tiny_model(dest: Path) -> Path:
     }
     dest.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        _write_atomic(dest / name, data)
+        atomic_write_bytes(dest / name, data)
     stamp = {"recipe": recipe, "files": {name: _sha256(data) for name, data in files.items()}}
-    _write_atomic(dest / STAMP_NAME, _dump_json(stamp))
+    atomic_write_bytes(dest / STAMP_NAME, _dump_json(stamp))
     return dest
 
 
@@ -311,16 +310,3 @@ def _dump_json(data: Any) -> bytes:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temp file in the same folder and rename, so readers never see half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,11 +1,13 @@
 """Replay: run a scenario's sessions against a target, block by block, and record it all.
 
+- :mod:`.plan`: which blocks run, in which order (:class:`~.plan.BlockPlan`);
 - :mod:`.placement`: which replica serves each turn;
 - :mod:`.runner`: one block's sessions, turn by turn, into request records;
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
-- :mod:`.orchestrator`: the run: blocks, warm-ups, counters, progress, the run folder.
+- :mod:`.progress`: the console progress of a block;
+- :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`).
 """
 
-from sessiongen.replay.orchestrator import Outcome, ReplayOptions, make_target, replay
+from sessiongen.replay.orchestrator import ReplayOptions, ReplayResult, replay
 
-__all__ = ["Outcome", "ReplayOptions", "make_target", "replay"]
+__all__ = ["ReplayOptions", "ReplayResult", "replay"]

@@ -4,7 +4,7 @@ For each placement policy, the design's blocks run in order (default OFF, ON, ON
 each on freshly started replicas when the target allows it, each preceded by warm-up
 requests of distinct content (recorded, flagged ``warmup``, excluded from results).
 Sessions run concurrently up to ``driver.concurrency``; a session's turns run strictly
-in order. Every request becomes a row of ``requests.parquet`` as it completes; each
+in order. Every request becomes a record of ``requests.parquet`` as it completes; each
 replica's counters are read before and after every block (and around every request
 when concurrency is 1, which makes per-request hit attribution exact).
 
@@ -16,26 +16,32 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-from tqdm import tqdm
-
-from sessiongen.client import counters as metrics
-from sessiongen.client import driver
+from sessiongen.calibrate import calibrate, scenario_load
+from sessiongen.client import counters
+from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import LagMonitor
-from sessiongen.errors import EndpointError, ScenarioError, UserError
-from sessiongen.records import io as records
+from sessiongen.errors import EndpointError, UserError
+from sessiongen.infra.files import ensure_dir, output_error
+from sessiongen.records import io
+from sessiongen.records.format import (
+    SCHEMA_VERSION,
+    BlockEntry,
+    CounterRecord,
+    Manifest,
+    RequestRecord,
+)
 from sessiongen.replay import runner, workers
+from sessiongen.replay.plan import BlockPlan, plan_blocks
+from sessiongen.replay.progress import BlockProgress
 from sessiongen.scenario.spec import Scenario
-from sessiongen.targets.base import EndpointsTarget, SimTarget, Target
-from sessiongen.workload import textgen
+from sessiongen.targets import Target, make_target
 from sessiongen.workload.sessions import SessionBuilder
+from sessiongen.workload.textgen import generator_for
 
 
 @dataclass
@@ -52,7 +58,7 @@ class ReplayOptions:
 
 
 @dataclass
-class Outcome:
+class ReplayResult:
     """What a replay produced."""
 
     run_dir: Path
@@ -69,58 +75,67 @@ class Outcome:
         return f"{self.failed} of {self.requests} requests failed ({parts}); see {self.run_dir}"
 
 
-def make_target(scenario: Scenario, opts: ReplayOptions) -> Target:
-    """The target named by ``--endpoints``/``--cache`` or the scenario's ``[target]``."""
-    spec = scenario.target
-    urls = opts.endpoints or (list(spec.endpoints) if spec.kind == "endpoints" else None)
-    if urls:
-        cache = opts.cache or spec.cache
-        if cache not in ("on", "off"):
-            raise UserError(
-                "endpoints given: state which cache arm they are in with --cache on|off "
-                "(or target.cache in the scenario)"
-            )
-        return EndpointsTarget(urls, cache, scenario.model.name)
-    if spec.kind == "managed":
-        from sessiongen.targets.managed import ManagedTarget
+class _Recorder:
+    """The run folder while a replay writes it: records, counters, the manifest."""
 
-        return ManagedTarget(scenario)
-    return SimTarget(scenario)
+    def __init__(self, run_dir: Path, manifest: Manifest, lag: LagMonitor) -> None:
+        self.run_dir = run_dir
+        self.manifest = manifest
+        self.lag = lag
+        self.requests = io.TableWriter(run_dir / "requests.parquet", RequestRecord, batch=32)
+        self.metrics = io.TableWriter(run_dir / "metrics.parquet", CounterRecord, batch=256)
+        self._flushing: asyncio.Future[None] | None = None
+
+    def save_manifest(self) -> None:
+        self.manifest["loop_lag"] = self.lag.summary()
+        io.write_manifest(self.run_dir, self.manifest)
+
+    def add(self, record: RequestRecord) -> None:
+        """Keep a record; write a full batch in a worker thread, off the event loop."""
+        self.requests.add(record)
+        if self.requests.due and (self._flushing is None or self._flushing.done()):
+            self._flushing = asyncio.ensure_future(asyncio.to_thread(self.requests.flush))
+
+    async def flush(self) -> None:
+        """Write everything kept so far (after a batch flush still in flight)."""
+        if self._flushing is not None:
+            await asyncio.shield(self._flushing)
+        await asyncio.to_thread(self.requests.flush)
+        await asyncio.to_thread(self.metrics.flush)
+        self.save_manifest()
+
+    def finish(self) -> None:
+        """The last, synchronous write (also after an interrupt)."""
+        self.requests.flush()
+        self.metrics.flush()
+        self.save_manifest()
 
 
-class _Run:
-    """State of one replay while it runs."""
+class _Replay:
+    """One replay while it runs: the plan, the blocks, warm-ups, counters and progress."""
 
     def __init__(self, scenario: Scenario, opts: ReplayOptions, target: Target) -> None:
         self.scenario = scenario
         self.opts = opts
         self.target = target
-        self.run_id = opts.run_id or records.new_run_id(scenario.name)
-        self.run_dir = opts.runs_dir / self.run_id
-        self.run_dir.mkdir(parents=True, exist_ok=False)
+        self.run_id = opts.run_id or io.new_run_id(scenario.name)
+        self.run_dir = ensure_dir(opts.runs_dir) / self.run_id
+        try:
+            self.run_dir.mkdir()
+        except OSError as exc:
+            raise output_error(self.run_dir, exc) from None
         self.salt = os.urandom(6).hex()
-        self.requests = records.TableWriter(
-            self.run_dir / "requests.parquet", records.REQUEST_SCHEMA, batch=32
-        )
-        self.metrics = records.TableWriter(
-            self.run_dir / "metrics.parquet", records.METRICS_SCHEMA, batch=256
-        )
-        self.outcome = Outcome(self.run_dir)
-        self._builder: SessionBuilder | None = None
-        self._flushing: asyncio.Future[None] | None = None
-        self._block_stats: dict[str, Any] = {"errors": 0, "ttft": []}
-        self._bar: tqdm[Any] | None = None
+        self.result = ReplayResult(self.run_dir)
         self.lag = LagMonitor()
         self.t0 = time.perf_counter_ns()
-        urls = target.urls if isinstance(target, EndpointsTarget) else []
-        self.generator = textgen.generator_for(
-            scenario.model.tokenizer,
-            server_url=urls[0] if urls else None,
-            model=scenario.model.name,
+        self.generator = generator_for(
+            scenario.model.tokenizer, server_url=target.tokenizer_url(), model=scenario.model.name
         )
+        self._builder: SessionBuilder | None = None
+        self._progress: BlockProgress | None = None
         first = self.builder(self.salt)
-        self.manifest: dict[str, Any] = {
-            "schema_version": records.SCHEMA_VERSION,
+        manifest: Manifest = {
+            "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "scenario_name": scenario.name,
             "scenario_source": scenario.source,
@@ -128,16 +143,23 @@ class _Run:
             "scenario_digest": scenario.digest(),
             "seed": scenario.seed,
             "salt": self.salt,
-            **first.identity(),
-            "tool": records.tool_identity(),
-            "host": records.host_facts(),
+            "tokenizer": first.tokenizer.identity,
+            "text_generator": first.generator.identity,
+            "tool": io.tool_identity(),
+            "host": io.host_facts(),
             "target": {},
             "block_order": [],
             "blocks": [],
-            "started_at": records.now_iso(),
+            "started_at": io.now_iso(),
             "ended_at": None,
             "complete": False,
         }
+        self.recorder = _Recorder(self.run_dir, manifest, self.lag)
+        target.attach(self.run_dir)
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.recorder.manifest
 
     def builder(self, salt: str) -> SessionBuilder:
         """The sessions for ``salt``; texts are kept while blocks share the salt.
@@ -149,133 +171,107 @@ class _Run:
             self._builder = SessionBuilder(self.scenario, salt, self.generator)
         return self._builder
 
-    def save_manifest(self) -> None:
-        self.manifest["loop_lag"] = self.lag.summary()
-        records.write_manifest(self.run_dir, self.manifest)
-
     async def main(self) -> None:
         self.manifest["target"] = self.target.describe()
-        self.save_manifest()
-        plan = [
-            (policy, i, cache)
-            for policy in self.scenario.placement.policies
-            for i, cache in enumerate(self.target.runnable_blocks(self.scenario.design.blocks))
-        ]
-        if not plan:
-            raise ScenarioError(
-                self.scenario.source, "design.blocks", "no block can run on this target's cache arm"
-            )
-        self.manifest["block_order"] = [{"placement": p, "cache": c} for p, _i, c in plan]
+        self.recorder.save_manifest()
+        plan = plan_blocks(self.scenario, self.target.runnable_blocks(self.scenario.design.blocks))
+        self.manifest["block_order"] = [{"placement": b.placement, "cache": b.cache} for b in plan]
         lag_task = asyncio.create_task(self.lag.run())
-        http = driver.new_client_session(
-            self.scenario.driver.concurrency, self.scenario.driver.connect_timeout_s
-        )
+        driver = self.scenario.driver
+        client = Client(driver.concurrency, driver.connect_timeout_s)
         try:
-            for block, (policy, in_placement, cache) in enumerate(plan):
-                await self.run_block(http, block, policy, in_placement, cache)
+            for block in plan:
+                await self.run_block(client, block)
             self.manifest["complete"] = True
         finally:
             lag_task.cancel()
-            await http.close()
+            await client.close()
             await self.target.close()
             self.manifest["target"] = self.target.describe()
 
-    async def run_block(
-        self, http: aiohttp.ClientSession, block: int, policy: str, in_placement: int, cache: str
-    ) -> None:
-        salt = self.salt if self.target.restarts else f"{self.salt}-b{block}"
-        info: dict[str, Any] = {
-            "block": block,
-            "placement": policy,
-            "cache": cache,
-            "block_in_placement": in_placement,
+    async def run_block(self, client: Client, plan: BlockPlan) -> None:
+        salt = self.salt if self.target.restarts else f"{self.salt}-b{plan.block}"
+        entry: BlockEntry = {
+            "block": plan.block,
+            "placement": plan.placement,
+            "cache": plan.cache,
+            "block_in_placement": plan.block_in_placement,
             "salt": salt,
             "status": "interrupted",
-            "started_at": records.now_iso(),
+            "started_at": io.now_iso(),
         }
-        self.manifest["blocks"].append(info)
-        self.save_manifest()
+        self.manifest["blocks"].append(entry)
+        self.recorder.save_manifest()
         try:
-            urls = await self.target.open_block(cache)
+            urls = await self.target.open_block(plan.cache)
             for url in urls:  # no measured request pays for connection setup
-                await driver.prewarm(http, url, self.scenario.driver.concurrency)
+                await client.prewarm(url, self.scenario.driver.concurrency)
         except EndpointError as exc:
             # Replicas that cannot start fail this block only; the next one starts afresh.
-            info.update(status="failed", error=str(exc), ended_at=records.now_iso())
-            self.outcome.failures["block_start_failed"] += 1
-            self.save_manifest()
+            entry["status"], entry["error"], entry["ended_at"] = "failed", str(exc), io.now_iso()
+            self.result.failures["block_start_failed"] += 1
+            self.recorder.save_manifest()
             return
-        ctx = {
-            "block": block,
-            "block_in_placement": in_placement,
-            "placement": policy,
-            "cache": cache,
-        }
-        spec = runner.Block(
-            self.scenario,
-            http,
-            urls,
-            ctx,
-            self.run_id,
-            self.t0,
-            self.target.time_scale,
-            self.lag,
-            self.on_row,
+        ctx = runner.BlockContext(
+            scenario=self.scenario,
+            client=client,
+            urls=tuple(urls),
+            plan=plan,
+            run_id=self.run_id,
+            t0_ns=self.t0,
+            time_scale=self.target.time_scale,
+            lag=self.lag,
+            emit=self.on_record,
         )
         try:
-            await self.snapshot_all(http, urls, ctx, "before")
+            await self.snapshot_all(ctx, "before")
             sessions = self.builder(salt).sessions()
             # Build every session's texts before any request is timed, off the loop.
             await asyncio.to_thread(lambda: [s.texts() for s in sessions])
-            await self.warmup(spec, salt)
-            self._block_stats = {"errors": 0, "ttft": []}
-            self._bar = tqdm(
-                total=len(sessions) * self.scenario.sessions.turns,
-                desc=f"[{block + 1}] {policy} cache={cache}",
-                unit="turn",
-                disable=not self.opts.progress,
-                leave=True,
+            await self.warmup(ctx, salt)
+            self._progress = BlockProgress(
+                len(sessions) * self.scenario.sessions.turns,
+                f"[{plan.block + 1}] {plan.placement} cache={plan.cache}",
+                enabled=self.opts.progress,
+                time_scale=self.target.time_scale,
+                simulated=self.target.simulated,
             )
             if self.opts.workers > 1:
-                info["workers"] = await workers.run_in_workers(
-                    spec, salt, [s.index for s in sessions], self.opts.workers, self.on_row
+                entry["workers"] = await workers.run_in_workers(
+                    ctx, salt, [s.index for s in sessions], self.opts.workers, self.on_record
                 )
             else:
-                await runner.run_sessions(spec, sessions, self.scenario.driver.concurrency)
-            self._bar.close()
-            await self.snapshot_all(http, urls, ctx, "after")
-            errors = self._block_stats["errors"]
-            info.update(status="failed" if errors else "ok", errors=errors)
+                await runner.run_sessions(ctx, sessions, self.scenario.driver.concurrency)
+            self._progress.close()
+            await self.snapshot_all(ctx, "after")
+            errors = self._progress.errors
+            entry["status"], entry["errors"] = "failed" if errors else "ok", errors
         finally:
-            info["ended_at"] = records.now_iso()
-            info.update(await self.target.close_block())
-            if self._flushing is not None:
-                await asyncio.shield(self._flushing)
-            await asyncio.to_thread(self.requests.flush)
-            await asyncio.to_thread(self.metrics.flush)
-            self.save_manifest()
+            entry["ended_at"] = io.now_iso()
+            entry.update(await self.target.close_block())
+            await self.recorder.flush()
 
-    async def snapshot_all(
-        self, http: aiohttp.ClientSession, urls: list[str], ctx: dict[str, Any], moment: str
-    ) -> list[dict[str, float] | None]:
-        snaps = await asyncio.gather(*(metrics.snapshot(http, u) for u in urls))
+    async def snapshot_all(self, ctx: runner.BlockContext, moment: str) -> None:
+        """Every replica's counters, kept as counter records."""
+        http = ctx.client.http
+        snaps = await asyncio.gather(*(counters.snapshot(http, u) for u in ctx.urls))
+        plan = ctx.plan
         for replica, snap in enumerate(snaps):
             for name, value in (snap or {}).items():
-                self.metrics.add(
-                    {
-                        "run_id": self.run_id,
-                        "block": ctx["block"],
-                        "placement": ctx["placement"],
-                        "cache": ctx["cache"],
-                        "replica": replica,
-                        "moment": moment,
-                        "metric": name,
-                        "value": value,
-                    }
+                self.recorder.metrics.add(
+                    CounterRecord(
+                        run_id=self.run_id,
+                        block=plan.block,
+                        placement=plan.placement,
+                        cache=plan.cache,
+                        replica=replica,
+                        moment=moment,
+                        metric=name,
+                        value=value,
+                    )
                 )
-        return list(snaps)
 
-    async def warmup(self, block: runner.Block, salt: str) -> None:
+    async def warmup(self, ctx: runner.BlockContext, salt: str) -> None:
         """Warm-up requests of distinct content; recorded, flagged, excluded from results.
 
         Each warm-up prompt runs on its replica and then again on the next one, so the
@@ -283,68 +279,55 @@ class _Run:
         warm too: a fresh LMCache's first retrievals are several times slower.
         """
         builder = self.builder(salt)
-        n = len(block.urls)
+        n = len(ctx.urls)
         for i in range(self.scenario.design.warmup_requests):
             for replica in range(n):
-                req = builder.warmup(f"b{block.ctx['block']}-r{replica}-{i}")
+                req = builder.warmup(f"b{ctx.plan.block}-r{replica}-{i}")
                 for hop, target in enumerate(dict.fromkeys([replica, (replica + 1) % n])):
-                    res = await runner.send_turn(block, target, req)
-                    row = runner.make_row(block, req, target, hop > 0, True, 0.0, res)
-                    self.on_row(row)
+                    res = await runner.send_turn(ctx, target, req)
+                    self.on_record(
+                        runner.record_of(
+                            ctx,
+                            req,
+                            res,
+                            replica=target,
+                            cross_replica=hop > 0,
+                            warmup=True,
+                            queue_s=0.0,
+                        )
+                    )
 
-    def _postfix(self, stats: dict[str, Any]) -> str:
-        if not stats["ttft"]:
-            return f"errors={stats['errors']}"
-        med = statistics.median(stats["ttft"]) / self.target.time_scale
-        unit = "modeled s" if self.target.simulated else "s"
-        return f"errors={stats['errors']} median TTFT={med:.3f} {unit}"
-
-    def on_row(self, row: dict[str, Any]) -> None:
-        """Keep a finished request's row; count it; move the progress bar."""
-        self.requests.add(row)
-        if self.requests.due and (self._flushing is None or self._flushing.done()):
-            self._flushing = asyncio.ensure_future(asyncio.to_thread(self.requests.flush))
-        if row["warmup"]:
+    def on_record(self, record: RequestRecord) -> None:
+        """Keep a finished request's record; count it; move the progress bar."""
+        self.recorder.add(record)
+        if record.warmup:
             return
-        self.outcome.requests += 1
-        stats, bar = self._block_stats, self._bar
-        if row["status"] != "ok":
-            self.outcome.failures[row["status"]] += 1
-            stats["errors"] += 1
-        else:
-            stats["ttft"].append(row["ttft_s"])
-        if bar is not None:
-            bar.update(1)
-            if len(stats["ttft"]) % 8 == 1 or bar.n == bar.total or row["status"] != "ok":
-                bar.set_postfix_str(self._postfix(stats))
+        self.result.requests += 1
+        if record.status != "ok":
+            self.result.failures[record.status] += 1
+        if self._progress is not None:
+            self._progress.update(record)
 
     def finalize(self, interrupted: bool) -> None:
-        self.outcome.interrupted = interrupted
-        self.manifest["ended_at"] = records.now_iso()
+        self.result.interrupted = interrupted
+        self.manifest["ended_at"] = io.now_iso()
         if interrupted:
             self.manifest["complete"] = False
-        self.requests.flush()
-        self.metrics.flush()
-        self.save_manifest()
+        self.recorder.finish()
 
 
-def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
+def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     """Run the whole replay; returns what it produced (also when interrupted)."""
     if opts.workers > 1 and scenario.driver.concurrency < max(2, opts.workers):
         raise UserError(
             f"--workers {opts.workers}: expected driver.concurrency >= {max(2, opts.workers)} "
             "(each worker needs a stream; concurrency 1 keeps per-request counters exact)"
         )
-    target = make_target(scenario, opts)
-    if isinstance(target, EndpointsTarget):
-        asyncio.run(target.check())  # a one-line error before any work or any run folder
-    run = _Run(scenario, opts, target)
+    target = make_target(scenario, opts.endpoints, opts.cache)
+    asyncio.run(target.preflight())  # a one-line error before any work or any run folder
+    run = _Replay(scenario, opts, target)
     if opts.calibrate:
-        from sessiongen.calibrate.measure import calibrate, scenario_load
-
         run.manifest["calibration"] = calibrate(*scenario_load(scenario))
-    if hasattr(target, "log_dir"):
-        target.log_dir = run.run_dir
     interrupted = False
     try:
         asyncio.run(run.main())
@@ -352,4 +335,4 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> Outcome:
         interrupted = True
     finally:
         run.finalize(interrupted)
-    return run.outcome
+    return run.result

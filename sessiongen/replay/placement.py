@@ -28,15 +28,3 @@ def replica_for(policy: str, session_index: int, turn: int, n_replicas: int, see
         move_at = int(policy.split(":", 1)[1])
         return home if turn < move_at else (home + 1) % n_replicas
     raise ValueError(f"unknown placement policy {policy!r}")
-
-
-def sequence(
-    policy: str, session_index: int, turns: int, n_replicas: int, seed: int = 0
-) -> list[int]:
-    """Replicas of turns 1..turns of one session."""
-    return [replica_for(policy, session_index, k, n_replicas, seed) for k in range(1, turns + 1)]
-
-
-def cross_flags(replicas: list[int]) -> list[bool]:
-    """Whether each turn ran on another replica than the turn before (first turn: False)."""
-    return [i > 0 and r != replicas[i - 1] for i, r in enumerate(replicas)]

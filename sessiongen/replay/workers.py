@@ -8,10 +8,10 @@ concurrency, using the same code as the parent's loop (:mod:`sessiongen.replay.r
 
 - Each worker builds its own sessions' texts (the same scenario, salt and seed give the
   same bytes), opens its connections, reports ready, and waits; all start together.
-- Rows come back over a queue as each request finishes, so the progress bar moves and
-  the records are written as in a single-process run; ``send_s`` is measured against
+- Records come back over a queue as each request finishes, so the progress bar moves
+  and the records are written as in a single-process run; ``send_s`` is measured against
   the parent's start on the system-wide monotonic clock.
-- Each worker runs its own event-loop lag monitor and flags its own rows.
+- Each worker runs its own event-loop lag monitor and flags its own records.
 """
 
 from __future__ import annotations
@@ -21,21 +21,41 @@ import contextlib
 import multiprocessing as mp
 import queue as queue_mod
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sessiongen import scenario
-from sessiongen.client import driver
+from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import LagMonitor
 from sessiongen.errors import SessiongenError
-from sessiongen.replay import runner
-from sessiongen.workload import textgen
-from sessiongen.workload.sessions import SessionBuilder
+from sessiongen.records.format import RequestRecord
+from sessiongen.replay.plan import BlockPlan
+from sessiongen.replay.runner import BlockContext, run_sessions
+from sessiongen.scenario.spec import Scenario, from_dict
+from sessiongen.workload.sessions import Session, SessionBuilder
+from sessiongen.workload.textgen import generator_for
 
-Message = tuple[str, int, Any]  # (kind, worker, data): ready | row | done | error
+Message = tuple[str, int, Any]  # (kind, worker, data): ready | record | done | error
 
 
 class WorkerError(SessiongenError):
     """A worker process failed before or while running its sessions."""
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What one worker process needs (plain, picklable data)."""
+
+    worker: int
+    scenario: dict[str, Any]  # Scenario.to_dict(), rebuilt in the worker
+    source: str
+    salt: str
+    urls: tuple[str, ...]
+    plan: BlockPlan
+    run_id: str
+    t0_ns: int
+    time_scale: float
+    concurrency: int
+    indices: tuple[int, ...]
 
 
 def split_concurrency(concurrency: int, workers: int) -> list[int]:
@@ -45,87 +65,83 @@ def split_concurrency(concurrency: int, workers: int) -> list[int]:
     ]
 
 
-def _worker_main(payload: dict[str, Any], out: Any, go: Any) -> None:
-    """Entry point of worker ``payload['worker']`` (a spawned process)."""
-    k = payload["worker"]
+def _worker_main(job: WorkerJob, out: Any, go: Any) -> None:
+    """Entry point of one worker (a spawned process)."""
     try:
-        sc = scenario.from_dict(payload["scenario"], payload["source"])
-        gen = textgen.generator_for(
-            sc.model.tokenizer, server_url=payload["urls"][0], model=sc.model.name
-        )
-        mine = set(payload["indices"])
-        sessions = [
-            s for s in SessionBuilder(sc, payload["salt"], gen).sessions() if s.index in mine
-        ]
+        sc = from_dict(job.scenario, job.source)
+        gen = generator_for(sc.model.tokenizer, server_url=job.urls[0], model=sc.model.name)
+        mine = set(job.indices)
+        sessions = [s for s in SessionBuilder(sc, job.salt, gen).sessions() if s.index in mine]
         for s in sessions:
             s.texts()
-        out.put(("ready", k, None))
+        out.put(("ready", job.worker, None))
         go.wait()
-        lag = asyncio.run(_run(sc, payload, sessions, out))
-        out.put(("done", k, lag))
+        lag = asyncio.run(_run(sc, job, sessions, out))
+        out.put(("done", job.worker, lag))
     except BaseException as exc:  # reported to the parent, which decides
-        out.put(("error", k, f"{type(exc).__name__}: {exc}"))
+        out.put(("error", job.worker, f"{type(exc).__name__}: {exc}"))
 
 
-async def _run(
-    sc: scenario.Scenario, payload: dict[str, Any], sessions: list[Any], out: Any
-) -> dict[str, Any]:
-    k = payload["worker"]
+async def _run(sc: Scenario, job: WorkerJob, sessions: list[Session], out: Any) -> dict[str, Any]:
     lag = LagMonitor()
     lag_task = asyncio.create_task(lag.run())
-    async with driver.new_client_session(
-        payload["concurrency"], sc.driver.connect_timeout_s
-    ) as http:
-        for url in payload["urls"]:
-            await driver.prewarm(http, url, payload["concurrency"])
-        block = runner.Block(
-            sc,
-            http,
-            payload["urls"],
-            payload["ctx"],
-            payload["run_id"],
-            payload["t0_ns"],
-            payload["time_scale"],
-            lag,
-            lambda row: out.put(("row", k, row)),
+    async with Client(job.concurrency, sc.driver.connect_timeout_s) as client:
+        for url in job.urls:
+            await client.prewarm(url, job.concurrency)
+        ctx = BlockContext(
+            scenario=sc,
+            client=client,
+            urls=job.urls,
+            plan=job.plan,
+            run_id=job.run_id,
+            t0_ns=job.t0_ns,
+            time_scale=job.time_scale,
+            lag=lag,
+            emit=lambda record: out.put(("record", job.worker, record)),
         )
-        await runner.run_sessions(block, sessions, payload["concurrency"])
+        await run_sessions(ctx, sessions, job.concurrency)
     lag_task.cancel()
     return lag.summary()
 
 
 async def run_in_workers(
-    block: runner.Block,
+    ctx: BlockContext,
     salt: str,
     session_indices: list[int],
     workers: int,
-    on_row: Callable[[dict[str, Any]], None],
+    on_record: Callable[[RequestRecord], None],
 ) -> list[dict[str, Any]]:
-    """Run a block's sessions in ``workers`` processes; rows go to ``on_row`` as they come.
+    """Run a block's sessions in ``workers`` processes; records go to ``on_record``.
 
     Returns each worker's lag summary. Raises :class:`WorkerError` when a worker fails
     before it starts; one that fails mid-block is recorded in its summary.
     """
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    go = ctx.Event()
-    shares = split_concurrency(block.scenario.driver.concurrency, workers)
+    mpctx = mp.get_context("spawn")
+    out = mpctx.Queue()
+    go = mpctx.Event()
+    shares = split_concurrency(ctx.scenario.driver.concurrency, workers)
+    base = WorkerJob(
+        worker=0,
+        scenario=ctx.scenario.to_dict(),
+        source=ctx.scenario.source,
+        salt=salt,
+        urls=ctx.urls,
+        plan=ctx.plan,
+        run_id=ctx.run_id,
+        t0_ns=ctx.t0_ns,
+        time_scale=ctx.time_scale,
+        concurrency=1,
+        indices=(),
+    )
     procs = []
     for k in range(workers):
-        payload = {
-            "worker": k,
-            "scenario": block.scenario.to_dict(),
-            "source": block.scenario.source,
-            "salt": salt,
-            "urls": block.urls,
-            "ctx": block.ctx,
-            "run_id": block.run_id,
-            "t0_ns": block.t0_ns,
-            "time_scale": block.time_scale,
-            "concurrency": shares[k],
-            "indices": [i for i in session_indices if i % workers == k],
-        }
-        procs.append(ctx.Process(target=_worker_main, args=(payload, out, go), daemon=True))
+        job = replace(
+            base,
+            worker=k,
+            concurrency=shares[k],
+            indices=tuple(i for i in session_indices if i % workers == k),
+        )
+        procs.append(mpctx.Process(target=_worker_main, args=(job, out, go), daemon=True))
     try:
         for p in procs:
             p.start()
@@ -138,8 +154,8 @@ async def run_in_workers(
         finished = 0
         while finished < workers:
             kind, k, data = await _next(out, procs)
-            if kind == "row":
-                on_row(data)
+            if kind == "record":
+                on_record(data)
             else:
                 summaries[k] = data if kind == "done" else {"error": data}
                 finished += 1

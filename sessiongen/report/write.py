@@ -31,9 +31,10 @@ import polars as pl
 
 from sessiongen import analysis
 from sessiongen.analysis.checks import WORST_ROW_COLUMNS, Equivalence
+from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
-from sessiongen.records.io import atomic_write_bytes
-from sessiongen.records.run import Run, drop_single_context, load_run
+from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
 from sessiongen.report.document import (
     Block,

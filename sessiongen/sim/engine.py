@@ -30,6 +30,7 @@ from sessiongen.sim.metrics import ReplicaMetrics
 from sessiongen.sim.model import Timing, request_timing
 from sessiongen.sim.prompt import PromptTokenizer
 from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
+from sessiongen.workload.probes import answer_needle
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -83,7 +84,6 @@ class World:
         pool_bytes = int(profile.pool_capacity_gib * 2**30)
         self.pool = SharedPool(pool_bytes, profile.pool_chunk_tokens, profile.kv_bytes_per_token)
         self.tokenizer = PromptTokenizer()
-        self._answer = output.needle_answerer()
         output.word_ids()  # built once here, not inside the first request
         self.replicas = [Replica(self, i) for i in range(profile.replicas)]
 
@@ -141,8 +141,8 @@ class World:
         if req.api == "chat":
             if req.messages[-1][0] != "user":
                 return None
-            return self._answer("\n".join(content for _role, content in req.messages))
-        return self._answer(req.prompt_text) if req.prompt_text is not None else None
+            return answer_needle("\n".join(content for _role, content in req.messages))
+        return answer_needle(req.prompt_text) if req.prompt_text is not None else None
 
     def complete(self, job: Job, adm: Admission) -> output.Output:
         """The request's output (runs in a worker thread while the prefill is modeled)."""

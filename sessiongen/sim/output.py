@@ -6,8 +6,8 @@ every replica and in every cache state, which is what equivalence checks compare
 requests (temperature 0) ignore the seed; sampled requests without a seed take a fresh
 key from a counter. Logprobs are hash-derived too.
 
-When the prompt asks a needle question (``sessiongen.workload.sessions.answer_needle``), the
-output begins with the planted answer, as a healthy model would answer. With the
+When the prompt asks a needle question (:func:`sessiongen.workload.probes.answer_needle`),
+the output begins with the planted answer, as a healthy model would answer. With the
 profile's ``pool_corruption`` probability a request served partly from the pool is
 *corrupted* (chosen by a hash of its prompt): other words, and a wrong needle answer.
 """
@@ -19,7 +19,7 @@ import functools
 import hashlib
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,12 +174,3 @@ def token_text(token_id: int) -> str:
 def token_bytes(token_id: int) -> list[int]:
     """One token's bytes as a list of ints (the OpenAI logprob ``bytes`` field)."""
     return list(_encoding().decode_single_token_bytes(token_id))
-
-
-def needle_answerer() -> Callable[[str], str | None]:
-    """``sessiongen.workload.sessions.answer_needle``, else a function that never answers."""
-    try:
-        from sessiongen.workload.sessions import answer_needle
-    except ImportError:  # pragma: no cover - the session builder ships with the package
-        return lambda _text: None
-    return answer_needle

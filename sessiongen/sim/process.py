@@ -33,6 +33,7 @@ from typing import IO, Any
 from aiohttp import web
 
 from sessiongen.errors import EndpointError
+from sessiongen.infra import net, procs
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.engine import World
@@ -136,29 +137,15 @@ class SimHandle:
         self.post(0, "/sim/config", {"shared_cache": on})
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Terminate the process group: SIGTERM, then SIGKILL after ``timeout_s``."""
+        """Stop the process group: SIGTERM, then SIGKILL after ``timeout_s``."""
         atexit.unregister(self.stop)
-        proc = self.proc
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-        else:
-            _signal_group(proc, signal.SIGKILL)  # stragglers in the group, if any
-        for pipe in (proc.stdin, proc.stdout):
+        procs.stop_child("sim", self.proc, timeout_s)
+        for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
 
 
 def _post_json(url: str, body: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
@@ -185,19 +172,6 @@ def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
                 return b""
             buf += chunk
     return buf
-
-
-def _wait_healthy(url: str, deadline: float) -> None:
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2.0) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise EndpointError(f"simulated replica at {url} did not become healthy")
-        time.sleep(0.05)
 
 
 def start_sim(
@@ -246,8 +220,12 @@ def start_sim(
             why = f"exited with status {code}" if code is not None else "did not report its ports"
             raise EndpointError(f"simulated replicas: python -m sessiongen.sim {why}")
         handle.urls = list(json.loads(line)["urls"])
-        for url in handle.urls:
-            _wait_healthy(url, deadline)
+        net.wait_healthy(
+            [url + "/health" for url in handle.urls],
+            deadline,
+            poll_s=0.05,
+            within=f"{startup_timeout_s:g} s",
+        )
     except BaseException:
         handle.stop()
         raise

@@ -1,5 +1,13 @@
 """Targets: where a replay's requests go, one block at a time.
 
-- :mod:`.base`: the :class:`~.base.Target` protocol, the simulated pair and given endpoints;
-- :mod:`.managed`: real vLLM + LMCache replicas that sessiongen starts and stops.
+- :mod:`.base`: the :class:`Target` protocol, everything replay needs from a target;
+- :mod:`.sim`: the embedded simulated replicas (a model, not a real server);
+- :mod:`.endpoints`: existing replicas the user names, all in one cache arm;
+- :mod:`.managed`: real vLLM + LMCache replicas that sessiongen starts and stops;
+- :mod:`.make`: :func:`make_target`, which of them a replay uses.
 """
+
+from sessiongen.targets.base import Target
+from sessiongen.targets.make import make_target
+
+__all__ = ["Target", "make_target"]

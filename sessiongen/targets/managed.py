@@ -15,6 +15,8 @@ from typing import Any
 from sessiongen.launch.commands import BUILTIN_TINY
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import tiny_model_identity
+from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
 
 
@@ -30,15 +32,24 @@ class ManagedTarget:
         self.spec = scenario.target.managed
         self.model_name = scenario.model.name
         self.n_replicas = self.spec.replicas
-        self.log_dir: Path | None = None  # set by replay to the run folder
+        self._log_dir: Path | None = None
         self._pair: ManagedPair | None = None
         self._blocks: list[dict[str, Any]] = []
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return list(blocks)
 
+    async def preflight(self) -> None:
+        return None
+
+    def attach(self, run_dir: Path) -> None:
+        self._log_dir = run_dir  # every process's log: block-<n>/<name>.log
+
+    def tokenizer_url(self) -> str | None:
+        return None
+
     async def open_block(self, cache: str) -> list[str]:
-        base = self.log_dir or Path("runs") / "managed-logs"
+        base = self._log_dir or Path("runs") / "managed-logs"
         log_dir = base / f"block-{len(self._blocks)}"
         pair = ManagedPair(
             self.spec,
@@ -60,29 +71,27 @@ class ManagedTarget:
         self._blocks.append(block)
         return pair.urls
 
-    async def close_block(self) -> dict[str, Any]:
+    async def close_block(self) -> BlockFacts:
         pair, self._pair = self._pair, None
         if pair is None:
             return {"restarted": True}
         dead = pair.dead_replicas()
         lmcache_alive = pair.lmcache_alive()
         outcome = await asyncio.to_thread(pair.stop)
-        info: dict[str, Any] = {"restarted": True, "stop": outcome}
+        facts: BlockFacts = {"restarted": True, "stop": outcome}
         if dead or not lmcache_alive:
-            info["dead_replicas"] = dead
-            info["lmcache_alive"] = lmcache_alive
-            info["status"] = "failed"
-        return info
+            facts["dead_replicas"] = dead
+            facts["lmcache_alive"] = lmcache_alive
+            facts["status"] = "failed"
+        return facts
 
     def describe(self) -> dict[str, Any]:
-        from sessiongen.scenario import schema
-
         return {
             "kind": "managed",
             "simulated": False,
             "time_scale": 1.0,
             "replicas": self.n_replicas,
-            "spec": schema.to_plain(self.spec),
+            "spec": to_plain(self.spec),
             "blocks": self._blocks,
         }
 

@@ -1,13 +1,26 @@
 """The nightly trend: a store of run summaries, change-point detection, plots, the job.
 
-- :mod:`.store`: one Parquet summary per run, per scenario folder;
+- :mod:`.store`: one Parquet summary per run, per scenario folder (:func:`trend_add`);
 - :mod:`.stepdetect`: the penalized, robust piecewise-constant fit;
 - :mod:`.check`: series, findings and :func:`trend_check`;
-- :mod:`.plot`: the trend figures;
-- :mod:`.nightly`: the nightly job.
+- :mod:`.plot`: the trend figures (:func:`trend_plot`);
+- :mod:`.nightly`: the nightly job (:func:`run_nightly`).
 """
 
-from sessiongen.trend.check import *  # noqa: F403
-from sessiongen.trend.check import __all__ as _check_all
+from sessiongen.trend.check import WINDOW, CheckResult, trend_check
+from sessiongen.trend.nightly import NightlyResult, run_nightly
+from sessiongen.trend.plot import trend_plot
+from sessiongen.trend.store import STORE_VERSION, RunIdentity, load_store, trend_add
 
-__all__ = list(_check_all)
+__all__ = [
+    "STORE_VERSION",
+    "WINDOW",
+    "CheckResult",
+    "NightlyResult",
+    "RunIdentity",
+    "load_store",
+    "run_nightly",
+    "trend_add",
+    "trend_check",
+    "trend_plot",
+]

@@ -1,8 +1,8 @@
 """The nightly trend: regression detection over the trend store, and its plots.
 
-Library entry points for ``sessiongen trend add|check|plot``: :func:`trend_add` (from
-:mod:`sessiongen.trend.store`, which describes the store), :func:`trend_check` and
-:func:`trend_plot`. Within a store folder (one scenario), targets of different kinds
+The library entry point of ``sessiongen trend check`` is :func:`trend_check`
+(:mod:`sessiongen.trend.store` describes the store, :mod:`sessiongen.trend.plot` draws
+the series). Within a store folder (one scenario), targets of different kinds
 (sim, endpoints, managed) form separate series.
 
 Check
@@ -34,37 +34,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sessiongen.analysis.frames import rows_frame
 from sessiongen.errors import UserError
-from sessiongen.records import io as records
+from sessiongen.records.format import CELL_KEYS as CELL
 from sessiongen.trend.stepdetect import StepFit, fit_steps, latest_shift, sigma_from_ci
-from sessiongen.trend.store import (
-    STORE_VERSION,
-    RunIdentity,
-    add_summary,
-    changed_versions,
-    load_store,
-    trend_add,
-    versions_of,
-)
-
-__all__ = [
-    "STORE_VERSION",
-    "CheckResult",
-    "RunIdentity",
-    "add_summary",
-    "changed_versions",
-    "check_groups",
-    "load_store",
-    "trend_add",
-    "trend_check",
-    "trend_plot",
-    "versions_of",
-]
+from sessiongen.trend.store import changed_versions, load_store
 
 #: Nights fitted per series (the newest ones): enough history for a baseline, and the
 #: exact fit stays fast (its cost grows with the cube of the nights on flat series).
 WINDOW = 90
-CELL = ("placement", "cache", "context_tokens", "turn")
 
 
 @dataclass(frozen=True)
@@ -431,7 +409,7 @@ def trend_check(
         where = {"folder": nights.folder, "target_kind": nights.target_kind}
         rows += [{**where, **f} for f in counts]
         rows += [{**where, **s.finding} for s in series if s.finding is not None]
-    findings = records.frame_of(rows, FINDING_SCHEMA).sort(
+    findings = rows_frame(rows, FINDING_SCHEMA).sort(
         pl.col("kind") != "regression",
         "folder",
         "target_kind",
@@ -444,27 +422,3 @@ def trend_check(
         series=sum(len(series) for _n, series, _c in groups),
         groups={nights.key: len(nights.run_ids) for nights, _s, _c in groups},
     )
-
-
-def trend_plot(
-    store: str | Path,
-    out_dir: str | Path,
-    *,
-    window: int | None = WINDOW,
-    folders: Collection[str] | None = None,
-    **check: Any,
-) -> list[Path]:
-    """One PNG per headline series with its fitted levels and shifts; return the paths.
-
-    Headline series, per folder, target kind, placement and context size: median TTFT of
-    both cache arms per turn (``ttft-...png``) and the speedup per turn (``speedup-...png``).
-    ``window`` and ``folders`` as for :func:`trend_check`; ``check`` takes its threshold
-    arguments (they decide which shifts are drawn as regressions and improvements).
-    """
-    from sessiongen.trend.plot import draw_group
-
-    paths: list[Path] = []
-    groups = check_groups(load_store(store, folders), window=window, **check)
-    for nights, series, _counts in groups:
-        paths += draw_group(nights, series, Path(out_dir))
-    return paths

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import ScenarioError, UserError
-from sessiongen.records import io as records
+from sessiongen.infra.files import atomic_write_bytes, ensure_dir
+from sessiongen.infra.tomlfile import read_toml
+from sessiongen.records import io
 from sessiongen.replay import ReplayOptions, replay
 from sessiongen.report import write_report
 from sessiongen.scenario import schema
@@ -45,6 +46,8 @@ from sessiongen.scenario.schema import spec
 from sessiongen.scenario.spec import Scenario, TargetSpec
 from sessiongen.scenario.spec import load as load_scenario
 from sessiongen.trend import check as trend
+from sessiongen.trend.plot import trend_plot
+from sessiongen.trend.store import RunIdentity, trend_add
 
 
 @dataclass(frozen=True)
@@ -121,22 +124,10 @@ def table_overrides(table: dict[str, Any], prefix: str) -> list[str]:
     return out
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    source = str(path)
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(source, "", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(source, "", f"not valid TOML: {exc}") from None
-
-
 def load_suite(config_path: str | Path) -> Suite:
     """Read and validate a nightly config and every scenario in it (nothing runs)."""
     path = Path(config_path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     config = schema.build(NightlyConfig, raw, str(path))
     target_sets = table_overrides(raw.get("target", {}), "target")
     scenarios = []
@@ -203,11 +194,11 @@ def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: 
         run.error = str(exc)
         return run
     run.run_dir, run.requests = outcome.run_dir, outcome.requests
+    run.folder = RunIdentity.of(io.read_meta(outcome.run_dir)).folder  # as the store files it
     run.failed, run.interrupted = outcome.failed, outcome.interrupted
-    run.folder = trend.RunIdentity.from_manifest(records.read_manifest(outcome.run_dir)).folder
     if outcome.interrupted:
         return run
-    run.stored = next(iter(trend.trend_add([outcome.run_dir], store)), None)
+    run.stored = next(iter(trend_add([outcome.run_dir], store)), None)
     if report:
         run.report = write_report(outcome.run_dir)
     return run
@@ -226,7 +217,7 @@ def run_nightly(
     store, runs_dir = Path(store), Path(runs_dir)
     started = datetime.now(UTC)
     out_dir = runs_dir / f"nightly-{started:%Y%m%dT%H%M%SZ}-{os.urandom(2).hex()}"
-    out_dir.mkdir(parents=True, exist_ok=False)
+    ensure_dir(out_dir)
     runs: list[NightlyRun] = []
     for sc in suite.scenarios:
         runs.append(_run_one(sc, store, runs_dir, cfg.report, progress))
@@ -246,10 +237,10 @@ def run_nightly(
     if any(any((store / f).glob("*.parquet")) for f in check_args["folders"]):
         check = trend.trend_check(store, **check_args)
         if cfg.plot:
-            plots = trend.trend_plot(store, out_dir / "plots", **check_args)
+            plots = trend_plot(store, out_dir / "plots", **check_args)
     result = NightlyResult(out_dir, out_dir / "summary.md", runs, added, check, plots)
     text = summary_markdown(result, suite, store, started)
-    records.atomic_write_bytes(result.summary, text.encode("utf-8"))
+    atomic_write_bytes(result.summary, text.encode("utf-8"))
     return result
 
 
@@ -274,7 +265,7 @@ def _runs_table(result: NightlyResult) -> list[str]:
 
 def summary_markdown(result: NightlyResult, suite: Suite, store: Path, started: datetime) -> str:
     """The night's summary: runs, the trend check's findings and the plots."""
-    tool = records.tool_identity()
+    tool = io.tool_identity()
     verdict = {0: "OK", 1: "ATTENTION: regressions or failed runs", 130: "INTERRUPTED"}
     lines = [
         f"# sessiongen nightly {started:%Y-%m-%d %H:%M} UTC: {verdict[result.exit_code]}",

@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -20,8 +21,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, FuncFormatter, MaxNLocator
 
-from sessiongen.records.io import atomic_write_bytes
-from sessiongen.trend.check import Nights, Series
+from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.trend.check import WINDOW, Nights, Series, check_groups
+from sessiongen.trend.store import load_store
 
 CACHE_COLORS = {"off": "#1f77b4", "on": "#ff7f0e", None: "#2ca02c"}
 KIND_COLORS = {"regression": "#d62728", "improvement": "#2ca02c"}
@@ -124,4 +126,26 @@ def draw_group(nights: Nights, series: list[Series], out_dir: Path) -> list[Path
         )
         fig = _headline_figure(nights, metric, title, group)
         paths.append(_save(fig, folder / f"{metric}-{_safe(placement)}-{ctx}.png"))
+    return paths
+
+
+def trend_plot(
+    store: str | Path,
+    out_dir: str | Path,
+    *,
+    window: int | None = WINDOW,
+    folders: Collection[str] | None = None,
+    **check: Any,
+) -> list[Path]:
+    """One PNG per headline series with its fitted levels and shifts; return the paths.
+
+    Headline series, per folder, target kind, placement and context size: median TTFT of
+    both cache arms per turn (``ttft-...png``) and the speedup per turn (``speedup-...png``).
+    ``window`` and ``folders`` as for :func:`trend_check`; ``check`` takes its threshold
+    arguments (they decide which shifts are drawn as regressions and improvements).
+    """
+    paths: list[Path] = []
+    groups = check_groups(load_store(store, folders), window=window, **check)
+    for nights, series, _counts in groups:
+        paths += draw_group(nights, series, Path(out_dir))
     return paths

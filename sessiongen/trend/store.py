@@ -1,7 +1,7 @@
 """The trend store: one Parquet file per run, per scenario folder, written atomically.
 
 ``STORE/<scenario_name>-<scenario_digest>/<run_id>.parquet`` holds
-:func:`sessiongen.analysis.latency.run_summary` of the run (one row per placement, cache,
+:func:`sessiongen.analysis.run_summary` of the run (one row per placement, cache,
 context size and turn: median TTFT with its interval, the ON/OFF speedup with its
 interval, error, contamination, divergence and needle counts) plus the run's identity on
 every row: run id, start time, night (its UTC date), scenario, target kind, and
@@ -23,8 +23,11 @@ from typing import Any
 
 import polars as pl
 
+from sessiongen.analysis import load_run, run_summary
 from sessiongen.errors import RunDirError, UserError
-from sessiongen.records import io as records
+from sessiongen.records import io
+from sessiongen.records.format import RunMeta
+from sessiongen.records.io import atomic_write_parquet
 
 STORE_VERSION = 1
 IDENTITY_SCHEMA: dict[str, pl.DataType] = {
@@ -53,16 +56,16 @@ class RunIdentity:
     versions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> RunIdentity:
-        target = manifest.get("target") or {}
+    def of(cls, meta: RunMeta) -> RunIdentity:
+        """The identity of a run from its parsed manifest."""
         return cls(
-            run_id=str(manifest["run_id"]),
-            scenario_name=str(manifest.get("scenario_name", "?")),
-            scenario_digest=str(manifest.get("scenario_digest") or "nodigest"),
-            started_at=str(manifest.get("started_at") or ""),
-            target_kind=str(target.get("kind", "?")),
-            simulated=bool(target.get("simulated", target.get("kind") == "sim")),
-            versions=versions_of(manifest),
+            run_id=meta.run_id,
+            scenario_name=meta.scenario_name,
+            scenario_digest=meta.scenario_digest,
+            started_at=meta.started_at,
+            target_kind=meta.target_kind,
+            simulated=meta.simulated,
+            versions=versions_of(meta),
         )
 
     @property
@@ -70,10 +73,9 @@ class RunIdentity:
         return f"{self.scenario_name}-{self.scenario_digest}"
 
 
-def versions_of(manifest: Mapping[str, Any]) -> dict[str, str]:
+def versions_of(meta: RunMeta) -> dict[str, str]:
     """Flat ``name -> value`` of what can explain a change: tool, servers, sim profile."""
-    tool = manifest.get("tool") or {}
-    target = manifest.get("target") or {}
+    tool, target = meta.tool, meta.target
     out = {
         "sessiongen": str(tool.get("sessiongen_version")),
         "git_sha": str(tool.get("git_sha"))[:12],
@@ -135,7 +137,7 @@ def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity)
     frame = summary.with_columns(
         pl.lit(value, dtype=IDENTITY_SCHEMA[name]).alias(name) for name, value in ident.items()
     )
-    records.atomic_write_parquet(path, frame)
+    atomic_write_parquet(path, frame)
     return path
 
 
@@ -146,17 +148,15 @@ def trend_add(run_dirs: Iterable[str | Path], store: str | Path) -> list[Path]:
     nothing. Incomplete (interrupted) runs are refused. Runs already stored are skipped
     after reading their manifest only.
     """
-    from sessiongen import analysis
-
     prepared = []
     for run_dir in run_dirs:
-        identity = RunIdentity.from_manifest(records.read_manifest(Path(run_dir)))
+        identity = RunIdentity.of(io.read_meta(Path(run_dir)))
         if (Path(store) / identity.folder / f"{identity.run_id}.parquet").exists():
             continue
-        run = analysis.load_run(run_dir)
-        if not run.manifest.get("complete"):
+        run = load_run(run_dir)
+        if not run.meta.complete:
             raise RunDirError(f"{run.path}: incomplete run (interrupted?); not added to trend")
-        prepared.append((analysis.run_summary(run), identity))
+        prepared.append((run_summary(run), identity))
     added = [add_summary(store, summary, ident) for summary, ident in prepared]
     return [p for p in added if p is not None]
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from sessiongen.errors import ScenarioError
-from sessiongen.records.io import atomic_write_bytes
+from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.scenario.spec import Scenario
 from sessiongen.workload.sessions import SessionBuilder
 from sessiongen.workload.textgen import generator_for

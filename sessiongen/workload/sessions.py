@@ -22,7 +22,6 @@ request.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,28 +31,12 @@ import orjson
 
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
+from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from sessiongen.workload.textgen import TextGenerator, generator_for
 from sessiongen.workload.tokenize import Tokenizer
 
-NEEDLE_QUESTION = "What is the access code of vault {vault}? Reply with the number only."
-NEEDLE_FACT = " The access code of vault {vault} is {code}."
-_NEEDLE_Q_RE = re.compile(r"What is the access code of vault (\d+)\?")
 _QUESTION_HEAD = " Question:"
 _PLAIN_ASK = "What do you make of this?"
-
-
-def answer_needle(prompt_text: str) -> str | None:
-    """The planted answer to the last needle question in ``prompt_text``, if any.
-
-    The simulated replicas use this to answer needle probes the way a healthy model
-    would, so that a corrupted cache shows up as a wrong answer.
-    """
-    asked = _NEEDLE_Q_RE.findall(prompt_text)
-    if not asked:
-        return None
-    vault = asked[-1]
-    fact = re.search(rf"The access code of vault {vault} is (\d+)\.", prompt_text)
-    return fact.group(1) if fact else None
 
 
 def _seed_of(*parts: object) -> int:

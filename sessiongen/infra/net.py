@@ -11,13 +11,16 @@ from __future__ import annotations
 import errno
 import random
 import socket
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+from sessiongen.errors import EndpointError
+
 HOST = "127.0.0.1"
-"""Every managed server listens on loopback only: the driver runs on the same host."""
+"""Every server sessiongen starts listens on loopback only: the driver runs on the same host."""
 
 _LOWEST_PICK = 20000
 # Loopback health checks must never go through an HTTP proxy from the environment.
@@ -71,3 +74,37 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def wait_healthy(
+    urls: Sequence[str],
+    deadline: float,
+    *,
+    poll_s: float = 0.5,
+    check: Callable[[], None] | None = None,
+    labels: Sequence[str] | None = None,
+    within: str = "time",
+    note: str = "",
+) -> None:
+    """Poll ``GET url`` for each URL until all answer 200, or until ``deadline``.
+
+    ``deadline`` is on ``time.monotonic()``. ``check`` runs before every round and
+    raises when waiting is pointless (a process exited, start-up was cancelled). At the
+    deadline an :class:`EndpointError` says ``not healthy within WITHIN: LABEL (URL),
+    ...; NOTE`` for the URLs still not healthy.
+    """
+    names = dict(zip(urls, labels or urls, strict=True))
+    pending = list(urls)
+    while pending:
+        if check is not None:
+            check()
+        pending = [url for url in pending if not http_ok(url)]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            shown = ", ".join(
+                f"{names[url]} ({url})" if names[url] != url else url for url in pending
+            )
+            tail = f"; {note}" if note else ""
+            raise EndpointError(f"not healthy within {within}: {shown}{tail}")
+        time.sleep(poll_s)

@@ -1,0 +1,63 @@
+"""One row per cell with the headline metrics: what ``summary.csv`` and the trend store hold."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from sessiongen.analysis.checks import LOGPROB_TOL, divergence_counts, needle_grades
+from sessiongen.analysis.latency import arm_turn_table, speedup_table
+from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.records.format import CELL_KEYS
+from sessiongen.records.run import Run
+
+
+def run_summary(
+    run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP, logprob_tol: float = LOGPROB_TOL
+) -> pl.DataFrame:
+    """One row per (placement, cache, context_tokens, turn) with the headline metrics.
+
+    The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
+    turning the cache on buys, relative to the OFF row of the same placement and turn);
+    ``divergences`` (sessions whose answers differ across arms or blocks, or whose
+    first-token logprobs differ by more than ``logprob_tol``: see
+    :mod:`sessiongen.analysis.checks`) belongs to a placement and turn and appears on both rows.
+    This is what ``summary.csv`` and the nightly trend store hold.
+    """
+    cell = ["placement", "context_tokens", "turn"]
+    arm = arm_turn_table(run, boot=boot)
+    speed = speedup_table(run, boot=boot).select(
+        *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
+    )
+    div = divergence_counts(run, logprob_tol=logprob_tol).select(
+        *cell, divergences=pl.col("diverged")
+    )
+    needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
+    out = (
+        arm.join(speed, on=cell, how="left", nulls_equal=True)
+        .join(div, on=cell, how="left", nulls_equal=True)
+        .join(needle, on=list(CELL_KEYS), how="left", nulls_equal=True)
+    )
+    on_only = [
+        pl.when(pl.col("cache") == "on").then(pl.col(c)).otherwise(None).alias(c)
+        for c in ("speedup", "speedup_ci_low", "speedup_ci_high")
+    ]
+    return (
+        out.with_columns(*on_only, pl.col("divergences").fill_null(0))
+        .select(
+            *CELL_KEYS,
+            "n",
+            "errors",
+            "median_ttft_s",
+            "ci_low_s",
+            "ci_high_s",
+            "p90_ttft_s",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "contamination",
+            "divergences",
+            "needle_graded",
+            "needle_correct",
+        )
+        .sort(list(CELL_KEYS))
+    )

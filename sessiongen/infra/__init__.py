@@ -1,0 +1,11 @@
+"""Infrastructure every stage uses, written once.
+
+- :mod:`.files`: atomic writes (temp file + rename) with the mode the umask implies, and
+  one-line errors for paths that cannot be written;
+- :mod:`.tomlfile`: TOML files read with one-line errors naming the file;
+- :mod:`.procs`: process groups: start in a new session, liveness from ``/proc``, stop
+  with SIGTERM then SIGKILL, no orphans;
+- :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them.
+
+Nothing here imports any other part of sessiongen but :mod:`sessiongen.errors`.
+"""

@@ -1,0 +1,273 @@
+"""The run folder's formats, defined once: request records, counter records, the manifest.
+
+A run folder ``runs/<run-id>/`` holds:
+
+- ``requests.parquet``: one :class:`RequestRecord` per request; its columns and types
+  are the dataclass's fields (:data:`REQUEST_SCHEMA` is derived from them);
+- ``metrics.parquet``: one :class:`CounterRecord` per (block, replica, moment, counter);
+- ``manifest.json``: a :class:`Manifest` (JSON only), read back through :class:`RunMeta`,
+  which parses it once, with the defaults older versions need.
+
+Durations in ``requests.parquet`` are measured wall seconds. For simulated targets the
+manifest's ``target.time_scale`` (wall seconds per modeled second) converts them to
+modeled seconds: ``modeled = measured / time_scale``. Real targets have time scale 1.
+
+Format history
+--------------
+- ``schema_version`` 1 (sessiongen 0.1.0): the columns below; manifests with
+  ``target.simulated`` (older ones only with ``target.kind == "sim"``) and the sim
+  profile under ``target.profile`` (older: ``target.sim``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
+
+import polars as pl
+
+SCHEMA_VERSION = 1
+
+#: Columns that identify an arm, and a cell of the per-turn tables.
+ARM_KEYS = ("placement", "cache")
+CELL_KEYS = ("placement", "cache", "context_tokens", "turn")
+
+
+def column(dtype: pl.DataType, doc: str, default: Any = None) -> Any:
+    """A record field: its Parquet type and what it means (nullable, default None)."""
+    return field(default=default, metadata={"dtype": dtype, "doc": doc})
+
+
+def key(dtype: pl.DataType, doc: str) -> Any:
+    """A record field that every record must give (no default)."""
+    return field(metadata={"dtype": dtype, "doc": doc})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One request of a run: where it went, what it asked, what was measured."""
+
+    run_id: str = key(pl.String(), "the run")
+    block: int = key(pl.Int32(), "block index in execution order, 0-based, across placements")
+    block_in_placement: int = key(pl.Int32(), "0..len(design.blocks)-1 within its placement")
+    placement: str = key(pl.String(), "alternate | fixed | random | move-at:K")
+    cache: str = key(pl.String(), "off | on")
+    session_id: str | None = column(pl.String(), "the session (None for warm-ups)")
+    session_index: int | None = column(pl.Int32(), "the session's index in the scenario")
+    context_tokens: int = key(pl.Int64(), "the session's initial context size (a grouping key)")
+    turn: int = key(pl.Int32(), "1-based")
+    replica: int = key(pl.Int32(), "the replica that served it")
+    cross_replica: bool = key(pl.Boolean(), "the session's previous turn ran on another replica")
+    warmup: bool = key(pl.Boolean(), "warm-up request: excluded from results")
+    prompt_tokens: int | None = column(pl.Int64(), "server usage")
+    content_tokens: int | None = column(pl.Int64(), "client count of message-content tokens")
+    cached_tokens: int | None = column(pl.Int64(), "usage.prompt_tokens_details.cached_tokens")
+    completion_tokens: int | None = column(pl.Int64(), "server usage")
+    output_chunks: int | None = column(pl.Int64(), "content deltas received")
+    queue_s: float | None = column(pl.Float64(), "waited for a concurrency slot before send")
+    ttfb_s: float | None = column(pl.Float64(), "send -> first response byte")
+    ttft_s: float | None = column(pl.Float64(), "send -> first non-empty content delta")
+    e2e_s: float | None = column(pl.Float64(), "send -> end of stream")
+    itl_p50_s: float | None = column(pl.Float64(), "median gap between content deltas")
+    itl_max_s: float | None = column(pl.Float64(), "largest gap between content deltas")
+    send_s: float | None = column(pl.Float64(), "send time, seconds since run start")
+    status: str = key(pl.String(), "ok | http_error | connect_error | stream_error | timeout | ...")
+    http_status: int | None = column(pl.Int32(), "HTTP status of the response")
+    error: str | None = column(pl.String(), "what went wrong, one line")
+    local_hit_tokens: int | None = column(pl.Int64(), "/metrics delta, null where not exact")
+    external_hit_tokens: int | None = column(pl.Int64(), "/metrics delta, null where not exact")
+    expected: str | None = column(pl.String(), "needle answer, or null")
+    answer_correct: bool | None = column(pl.Boolean(), "needle graded, or null")
+    output_digest: str | None = column(pl.String(), "digest of output token ids (or text)")
+    output_text: str | None = column(pl.String(), "the answer (first 200 characters)")
+    first_logprob: float | None = column(pl.Float64(), "logprob of the first output token")
+    loop_lag_flag: bool | None = column(pl.Boolean(), "event-loop lag > 5 ms while in flight")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CounterRecord:
+    """One counter of one replica read at one moment of a block (``metrics.parquet``)."""
+
+    run_id: str = key(pl.String(), "the run")
+    block: int = key(pl.Int32(), "block index")
+    placement: str = key(pl.String(), "the block's placement")
+    cache: str = key(pl.String(), "the block's cache arm")
+    replica: int = key(pl.Int32(), "replica index")
+    moment: str = key(pl.String(), "before | after")
+    metric: str = key(pl.String(), "Prometheus counter name")
+    value: float = key(pl.Float64(), "its value (summed over labels)")
+
+
+def schema_of(cls: type[Any]) -> dict[str, pl.DataType]:
+    """The Parquet schema of a record class: its fields, in order, with their types."""
+    return {f.name: f.metadata["dtype"] for f in dataclasses.fields(cls)}
+
+
+#: The ``requests.parquet`` schema.
+REQUEST_SCHEMA = schema_of(RequestRecord)
+#: The ``metrics.parquet`` schema.
+METRICS_SCHEMA = schema_of(CounterRecord)
+
+
+def frame_of_records(records: Sequence[Any], cls: type[Any]) -> pl.DataFrame:
+    """Records of ``cls`` as a frame with exactly its schema (empty-safe)."""
+    schema = schema_of(cls)
+    cols = {name: [getattr(r, name) for r in records] for name in schema}
+    return pl.DataFrame(cols, schema=schema)
+
+
+# --- the manifest (JSON) ------------------------------------------------------------------
+
+
+class ToolIdentity(TypedDict):
+    """sessiongen's version and git SHA."""
+
+    sessiongen_version: str
+    git_sha: str | None
+
+
+class BlockOrder(TypedDict):
+    """One planned block."""
+
+    placement: str
+    cache: str
+
+
+class BlockEntry(TypedDict):
+    """What happened to one block (the manifest's ``blocks``); targets add their facts."""
+
+    block: int
+    placement: str
+    cache: str
+    block_in_placement: int
+    salt: str
+    status: str  # ok | failed | interrupted
+    started_at: str
+    ended_at: NotRequired[str]
+    errors: NotRequired[int]
+    error: NotRequired[str]
+    workers: NotRequired[list[dict[str, Any]]]
+    # What the target says of the block (BlockFacts):
+    restarted: NotRequired[bool]
+    pid: NotRequired[int | None]
+    stop: NotRequired[dict[str, str]]
+    dead_replicas: NotRequired[list[int]]
+    lmcache_alive: NotRequired[bool]
+
+
+class BlockFacts(TypedDict, total=False):
+    """What a target says of a block it closed (merged into the block's entry)."""
+
+    restarted: bool
+    pid: int | None
+    stop: dict[str, str]
+    dead_replicas: list[int]
+    lmcache_alive: bool
+    status: str
+
+
+class Manifest(TypedDict):
+    """``manifest.json`` as written (see the module's format history)."""
+
+    schema_version: int
+    run_id: str
+    scenario_name: str
+    scenario_source: str
+    scenario: dict[str, Any]
+    scenario_digest: str
+    seed: int
+    salt: str
+    tokenizer: str
+    text_generator: str
+    tool: ToolIdentity
+    host: dict[str, Any]
+    target: dict[str, Any]
+    block_order: list[BlockOrder]
+    blocks: list[BlockEntry]
+    started_at: str
+    ended_at: str | None
+    complete: bool
+    loop_lag: NotRequired[dict[str, Any]]
+    calibration: NotRequired[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """A manifest parsed once: every fact a reader needs, typed, with old defaults."""
+
+    run_id: str
+    scenario_name: str
+    scenario_digest: str
+    started_at: str
+    ended_at: str | None
+    complete: bool | None
+    time_scale: float
+    simulated: bool
+    target_kind: str
+    scenario: Mapping[str, Any]
+    target: Mapping[str, Any]
+    tool: Mapping[str, Any]
+    blocks: tuple[Mapping[str, Any], ...]
+    raw: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], fallback_id: str = "?") -> RunMeta:
+        """Parse a manifest of any schema version this code reads."""
+        target = manifest.get("target") or {}
+        kind = str(target.get("kind", "?"))
+        return cls(
+            run_id=str(manifest.get("run_id") or fallback_id),
+            scenario_name=str(manifest.get("scenario_name", "?")),
+            scenario_digest=str(manifest.get("scenario_digest") or "nodigest"),
+            started_at=str(manifest.get("started_at") or ""),
+            ended_at=manifest.get("ended_at"),
+            complete=manifest.get("complete"),
+            time_scale=float(target.get("time_scale", 1.0)),
+            simulated=bool(target.get("simulated", kind == "sim")),
+            target_kind=kind,
+            scenario=manifest.get("scenario") or {},
+            target=target,
+            tool=manifest.get("tool") or {},
+            blocks=tuple(manifest.get("blocks") or ()),
+            raw=manifest,
+        )
+
+    @property
+    def sessions(self) -> Mapping[str, Any]:
+        """The scenario's ``[sessions]`` section as resolved."""
+        return self.scenario.get("sessions") or {}
+
+    @property
+    def probe(self) -> str:
+        return str(self.sessions.get("probe", "none"))
+
+    @property
+    def shared_prefix_tokens(self) -> int:
+        return int(self.sessions.get("shared_prefix_tokens", 0) or 0)
+
+    @property
+    def turns(self) -> int | None:
+        turns = self.sessions.get("turns")
+        return int(turns) if turns else None
+
+    @property
+    def seconds(self) -> str:
+        """What durations are in: "modeled seconds" for simulated runs, else "seconds"."""
+        return "modeled seconds" if self.simulated else "seconds"
+
+    @property
+    def target_label(self) -> str:
+        """``SIMULATED (kind)`` for simulated targets, else the target kind."""
+        return f"SIMULATED ({self.target_kind})" if self.simulated else self.target_kind
+
+    @property
+    def sessiongen_version(self) -> str | None:
+        version = self.tool.get("sessiongen_version")
+        return None if version is None else str(version)
+
+    @property
+    def date(self) -> str:
+        """The UTC date the run started (``YYYY-MM-DD``), or empty."""
+        return self.started_at[:10]

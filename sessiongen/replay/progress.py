@@ -1,0 +1,46 @@
+"""A block's progress on the console: turns done, errors, the running median TTFT."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tqdm import tqdm
+
+from sessiongen.records.format import RequestRecord
+
+
+class BlockProgress:
+    """One block's progress bar (tqdm) and its counts of measured requests."""
+
+    def __init__(
+        self, total: int, desc: str, *, enabled: bool, time_scale: float, simulated: bool
+    ) -> None:
+        self.errors = 0
+        self._ttft: list[float] = []
+        self._scale = time_scale
+        self._unit = "modeled s" if simulated else "s"
+        self._bar: tqdm[Any] = tqdm(total=total, desc=desc, unit="turn", disable=not enabled)
+
+    def update(self, record: RequestRecord) -> None:
+        """Count one measured (not warm-up) request and move the bar."""
+        failed = record.status != "ok"
+        if failed:
+            self.errors += 1
+        elif record.ttft_s is not None:
+            self._ttft.append(record.ttft_s)
+        bar = self._bar
+        bar.update(1)
+        # The postfix costs a median over the block: refresh it now and then, not per turn.
+        if len(self._ttft) % 8 == 1 or bar.n == bar.total or failed:
+            bar.set_postfix_str(self.postfix())
+
+    def postfix(self) -> str:
+        """``errors=N median TTFT=X s``: what the bar shows after the counts."""
+        if not self._ttft:
+            return f"errors={self.errors}"
+        med = statistics.median(self._ttft) / self._scale
+        return f"errors={self.errors} median TTFT={med:.3f} {self._unit}"
+
+    def close(self) -> None:
+        self._bar.close()

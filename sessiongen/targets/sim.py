@@ -1,0 +1,84 @@
+"""The embedded simulated replica pair as a target (a model, not a real server).
+
+Started fresh for every block (so each block starts cold) with its shared cache
+switched to the block's arm; with ``design.restart_between_blocks = false`` one process
+serves every block and its caches are emptied between blocks instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.schema import to_plain
+from sessiongen.scenario.spec import Scenario
+from sessiongen.sim.process import SimHandle, start_sim
+
+
+class SimTarget:
+    """The embedded simulated replicas."""
+
+    kind = "sim"
+    simulated = True
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.profile = scenario.target.sim
+        self.model_name = scenario.model.name
+        self.time_scale = self.profile.time_scale
+        self.n_replicas = self.profile.replicas
+        self.restarts = scenario.design.restart_between_blocks
+        self._handle: SimHandle | None = None
+        self._urls: list[str] = []
+        self._blocks = 0
+        self._log_dir: Path | None = None
+
+    def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
+        return list(blocks)
+
+    async def preflight(self) -> None:
+        return None
+
+    def attach(self, run_dir: Path) -> None:
+        self._log_dir = run_dir  # per-request simulator logs: sim-<block>.log
+
+    def tokenizer_url(self) -> str | None:
+        return None
+
+    async def open_block(self, cache: str) -> list[str]:
+        shared = cache == "on"
+        if self._handle is None:
+            log = self._log_dir / f"sim-{self._blocks}.log" if self._log_dir else None
+            self._handle = await asyncio.to_thread(
+                start_sim, self.profile, self.model_name, shared, log_path=log
+            )
+            self._urls = list(self._handle.urls)
+        else:  # kept running between blocks: switch the arm and drop all caches
+            await asyncio.to_thread(self._handle.set_shared_cache, shared)
+            await asyncio.to_thread(self._handle.reset, True)
+        return self._urls
+
+    async def close_block(self) -> BlockFacts:
+        self._blocks += 1
+        facts: BlockFacts = {"restarted": self.restarts}
+        if self.restarts and self._handle is not None:
+            facts["pid"] = self._handle.pid
+            await asyncio.to_thread(self._handle.stop)
+            self._handle = None
+        return facts
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "sim",
+            "simulated": True,
+            "note": "SIMULATED: a calibrated model of vLLM + LMCache, not a real server",
+            "time_scale": self.time_scale,
+            "replicas": self.n_replicas,
+            "profile": to_plain(self.profile),
+        }
+
+    async def close(self) -> None:
+        if self._handle is not None:
+            await asyncio.to_thread(self._handle.stop)
+            self._handle = None
