@@ -2,11 +2,14 @@
 
 Known errors (:class:`sessiongen.errors.UserError`) print as one line with exit status 2;
 a run that finished with failed requests exits 1; anything else keeps its traceback.
+
+Each command imports the library it calls inside its function: the replay, analysis
+and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
+``sessiongen --help`` and every one-line error should not pay.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +19,7 @@ import click
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import RunFailedError, UserError
+from sessiongen.sim.cli import serve_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -236,47 +240,7 @@ def sim() -> None:
     """The embedded simulated replicas (a calibrated model of vLLM + LMCache)."""
 
 
-@sim.command("serve")
-@click.option("--replicas", type=int, default=2, show_default=True)
-@click.option(
-    "--port", type=int, default=8100, show_default=True, help="Replica i on PORT+i (0: free)."
-)
-@click.option("--model", default="sim-27b", show_default=True, help="Served model name.")
-@click.option("--shared-cache", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option(
-    "--time-scale", type=float, default=1.0, show_default=True, help="Wall s per modeled s."
-)
-@set_option
-def sim_serve(
-    replicas: int,
-    port: int,
-    model: str,
-    shared_cache: str,
-    time_scale: float,
-    overrides: tuple[str, ...],
-) -> None:
-    """Serve simulated replicas on 127.0.0.1 until interrupted, one log line per request.
-
-    Profile parameters are set with --set target.sim.PARAM=VALUE (see
-    sessiongen/sim/profile.py). The servers speak vLLM's OpenAI-compatible API,
-    /metrics, /tokenize and /health; they are a model, not a real engine.
-    """
-    import logging
-
-    from sessiongen.scenario import schema
-    from sessiongen.scenario.simprofile import SimProfile
-    from sessiongen.sim.process import serve
-
-    raw = schema.apply_overrides({}, [o.removeprefix("target.sim.") for o in overrides])
-    raw.update({"replicas": replicas, "time_scale": time_scale})
-    profile = schema.build(SimProfile, raw, "--set target.sim")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-
-    def ready(urls: list[str]) -> None:
-        click.echo("SIMULATED replicas (a model of vLLM + LMCache): " + " ".join(urls), err=True)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        serve(profile, model, port, shared_cache == "on", on_ready=ready)
+sim.add_command(serve_command)
 
 
 @cli.group()

@@ -12,7 +12,8 @@ import urllib.request
 import pytest
 
 from sessiongen.errors import EndpointError
-from sessiongen.sim import SimProfile, start_sim
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.process import start_sim
 
 PROFILE = SimProfile(time_scale=0.001)
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from sessiongen.analysis import stats
 from sessiongen.analysis.frames import finite_or_none, frame_from_rows, partition, sample
@@ -98,11 +99,10 @@ def _check_comparable(run_a: Run, run_b: Run, force: bool) -> tuple[str, ...]:
     notes = []
     if da != db:
         notes.append(f"note: scenario digests differ ({da} vs {db}); compared because forced")
-    for label, get in (
-        ("target", lambda r: r.target_label),
-        ("sessiongen version", lambda r: r.meta.sessiongen_version),
+    for label, va, vb in (
+        ("target", run_a.target_label, run_b.target_label),
+        ("sessiongen version", run_a.meta.sessiongen_version, run_b.meta.sessiongen_version),
     ):
-        va, vb = get(run_a), get(run_b)
         if va != vb:
             notes.append(f"note: {label} differs: A {va}, B {vb}")
     for r, name in ((run_a, "A"), (run_b, "B")):
@@ -111,7 +111,7 @@ def _check_comparable(run_a: Run, run_b: Run, force: bool) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _median(values: np.ndarray) -> float | None:
+def _median(values: NDArray[np.float64]) -> float | None:
     return float(np.median(values)) if values.size else None
 
 

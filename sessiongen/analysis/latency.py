@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from sessiongen.analysis import stats
 from sessiongen.analysis.checks import contamination_expr
@@ -48,7 +49,9 @@ DRIFT_MIN = 0.02
 DRIFT_MIN_UNITS = 5
 
 
-def _unit_matrix(frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s") -> np.ndarray:
+def _unit_matrix(
+    frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s"
+) -> NDArray[np.float64]:
     """Values per session as a units x values matrix, NaN-padded (for paired resampling)."""
     grouped = frame.group_by("session_index").agg(pl.col(column).drop_nulls())
     by_unit = dict(zip(grouped["session_index"].to_list(), grouped[column].to_list(), strict=True))

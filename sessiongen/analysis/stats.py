@@ -83,13 +83,14 @@ def stable_seed(seed: int, *key: object) -> list[int]:
 
 
 def _clean(values: npt.ArrayLike) -> Array:
-    arr = np.asarray(values, dtype=np.float64).ravel()
-    return arr[np.isfinite(arr)]
+    arr: Array = np.asarray(values, dtype=np.float64).ravel()
+    kept: Array = arr[np.isfinite(arr)]
+    return kept
 
 
 def _units(values: npt.ArrayLike) -> Array:
     """Values as a 2-D (units x per-unit values) matrix; 1-D input is one value per unit."""
-    arr = np.asarray(values, dtype=np.float64)
+    arr: Array = np.asarray(values, dtype=np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -100,11 +101,14 @@ def _units(values: npt.ArrayLike) -> Array:
 
 def _row_quantiles(samples: Array, q: float) -> Array:
     """Quantile of each row, ignoring NaN (fast path when there is none)."""
+    out: Array
     if not np.isnan(samples).any():
-        return np.quantile(samples, q, axis=1)
+        out = np.quantile(samples, q, axis=1)
+        return out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanquantile(samples, q, axis=1)
+        out = np.nanquantile(samples, q, axis=1)
+    return out
 
 
 def _resample_stat(

@@ -199,7 +199,7 @@ def _kernel_rx_ns(anc: list[tuple[int, int, bytes]]) -> int:
     """
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
-            sec, nsec = struct.unpack("qq", data[:16])
+            sec, nsec = (int(v) for v in struct.unpack("qq", data[:16]))
             before = time.perf_counter_ns()
             real = time.time_ns()
             after = time.perf_counter_ns()

@@ -168,6 +168,22 @@ class BlockFacts(TypedDict, total=False):
     status: str
 
 
+def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
+    """Record what the target says of a block in the block's manifest entry."""
+    if "restarted" in facts:
+        entry["restarted"] = facts["restarted"]
+    if "pid" in facts:
+        entry["pid"] = facts["pid"]
+    if "stop" in facts:
+        entry["stop"] = facts["stop"]
+    if "dead_replicas" in facts:
+        entry["dead_replicas"] = facts["dead_replicas"]
+    if "lmcache_alive" in facts:
+        entry["lmcache_alive"] = facts["lmcache_alive"]
+    if "status" in facts:
+        entry["status"] = facts["status"]
+
+
 class Manifest(TypedDict):
     """``manifest.json`` as written (see the module's format history)."""
 

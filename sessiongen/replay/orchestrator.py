@@ -34,6 +34,7 @@ from sessiongen.records.format import (
     CounterRecord,
     Manifest,
     RequestRecord,
+    merge_facts,
 )
 from sessiongen.replay import runner, workers
 from sessiongen.replay.plan import BlockPlan, plan_blocks
@@ -248,7 +249,7 @@ class _Replay:
             entry["status"], entry["errors"] = "failed" if errors else "ok", errors
         finally:
             entry["ended_at"] = io.now_iso()
-            entry.update(await self.target.close_block())
+            merge_facts(entry, await self.target.close_block())
             await self.recorder.flush()
 
     async def snapshot_all(self, ctx: runner.BlockContext, moment: str) -> None:

@@ -1,6 +1,6 @@
 """A small document model rendered to Markdown and to one self-contained HTML file.
 
-The report is built once as a list of blocks and rendered twice, so ``report.md`` and
+The report is built once as a list of elements and rendered twice, so ``report.md`` and
 ``report.html`` always say the same thing. Markdown links images by relative path; HTML
 embeds them as base64 data URIs so the file can be mailed or archived on its own.
 Text is plain (no inline markup) and escaped for each format.
@@ -48,7 +48,7 @@ class Image:
     alt: str
 
 
-Block = Heading | Paragraph | Bullets | Table | Image
+Element = Heading | Paragraph | Bullets | Table | Image
 
 CSS = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto;
@@ -83,10 +83,10 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(blocks: Sequence[Block], base: Path) -> str:
+def to_markdown(elements: Sequence[Element], base: Path) -> str:
     """Render as Markdown; image paths are written relative to ``base``."""
     out: list[str] = []
-    for block in blocks:
+    for block in elements:
         if isinstance(block, Heading):
             out.append("#" * block.level + " " + block.text)
         elif isinstance(block, Paragraph):
@@ -107,7 +107,7 @@ def to_markdown(blocks: Sequence[Block], base: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _html_block(block: Block) -> str:
+def _html_element(block: Element) -> str:
     esc = html.escape
     if isinstance(block, Heading):
         return f"<h{block.level}>{esc(block.text)}</h{block.level}>"
@@ -126,9 +126,9 @@ def _html_block(block: Block) -> str:
     return f'<p><img alt="{esc(block.alt)}" src="data:image/png;base64,{data}"></p>'
 
 
-def to_html(blocks: Sequence[Block], title: str) -> str:
+def to_html(elements: Sequence[Element], title: str) -> str:
     """Render as one HTML page with styles inline and PNG images embedded."""
-    body = "\n".join(_html_block(b) for b in blocks)
+    body = "\n".join(_html_element(b) for b in elements)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n"

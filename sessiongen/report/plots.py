@@ -1,17 +1,15 @@
 """Figures of a run: speedup curves (the headline), median TTFT, TTFT CDFs, cache attribution.
 
-Each ``*_figure`` function takes the polars frame that :mod:`sessiongen.analysis.latency` computes
+Each ``*_figure`` function takes the polars frame that :mod:`sessiongen.analysis` computes
 and a caption (:func:`caption`: scenario, target with SIMULATED for simulated runs, run
-id and date), and returns a :class:`matplotlib.figure.Figure` drawn on the Agg canvas.
-Figures are built without pyplot, so no global backend state is touched (safe in threads,
-notebooks and servers); a notebook shows them with ``display(fig)``. :func:`save_figure`
-writes PNG and SVG atomically. Times are modeled seconds for simulated runs (measured
-seconds divided by the time scale) and measured seconds for real ones.
+id and date), and returns a :class:`matplotlib.figure.Figure` built on the shared
+scaffolding (:mod:`sessiongen.report.figures`). :func:`write_figures` writes PNG and SVG
+atomically. Times are modeled seconds for simulated runs (measured seconds divided by
+the time scale) and measured seconds for real ones.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
-from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.records.run import Run
+from sessiongen.report import figures
+from sessiongen.report.figures import save_png_svg
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 CACHE_STYLE = {"off": "--", "on": "-"}
@@ -35,7 +33,7 @@ OUTSIDE: dict[str, Any] = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor":
 
 def caption(run: Run) -> str:
     """The caption every figure carries: scenario, target, run id and date."""
-    date = str(run.manifest.get("started_at") or "")[:10] or "date unknown"
+    date = run.meta.date or "date unknown"
     return (
         f"scenario {run.scenario_name} | target {run.target_label} | "
         f"run {run.run_id} | {date} | times in {run.seconds}"
@@ -43,17 +41,7 @@ def caption(run: Run) -> str:
 
 
 def _figure(title: str, note: str, ncols: int = 1, nrows: int = 1) -> tuple[Figure, list[Axes]]:
-    height = 3.4 * nrows + 1.6
-    fig = Figure(figsize=(4.2 * ncols + 3.2, height))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
-    fig.suptitle(title, fontsize=12)
-    fig.text(0.01, 0.01, note, fontsize=7, color="#444444", ha="left", va="bottom")
-    # Margins in inches, so the caption and title keep their room at any height.
-    fig.subplots_adjust(
-        left=0.1, right=0.97, top=1 - 0.7 / height, bottom=1.0 / height, wspace=0.08, hspace=0.35
-    )
-    return fig, [ax for row in axes for ax in row]
+    return figures.panels(title, nrows=nrows, ncols=ncols, note=note, sharey=True)
 
 
 def _empty(ax: Axes, why: str) -> None:
@@ -255,19 +243,6 @@ def cache_attribution_figure(attribution: pl.DataFrame, note: str) -> Figure:
     return fig
 
 
-def save_figure(fig: Figure, out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``stem.png`` (120 dpi) and ``stem.svg`` atomically; return both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt, meta in (("png", {"Software": None}), ("svg", {"Date": None})):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=120, bbox_inches="tight", metadata=meta)
-        path = out_dir / f"{stem}.{fmt}"
-        atomic_write_bytes(path, buf.getvalue())
-        paths.append(path)
-    return paths[0], paths[1]
-
-
 def write_figures(
     run: Run,
     out_dir: Path,
@@ -279,10 +254,10 @@ def write_figures(
     """Draw and save the four report figures; return their PNG paths by name."""
     note = caption(run)
     unit = "modeled s" if run.simulated else "s"
-    figures = {
+    drawn = {
         "speedup": speedup_figure(speedups, note),
         "median_ttft": median_ttft_figure(arm_table, note, unit),
         "ttft_cdf": ttft_cdf_figure(run.requests, note, unit),
         "cache_attribution": cache_attribution_figure(attribution, note),
     }
-    return {name: save_figure(fig, out_dir, name)[0] for name, fig in figures.items()}
+    return {name: save_png_svg(fig, out_dir, name)[0] for name, fig in drawn.items()}

@@ -37,8 +37,8 @@ from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
 from sessiongen.report.document import (
-    Block,
     Bullets,
+    Element,
     Heading,
     Image,
     Paragraph,
@@ -119,15 +119,14 @@ def _show(frame: pl.DataFrame, *columns: str) -> Table:
     return Table(drop_single_context(frame.select(present)))
 
 
-def _header(run: Run) -> list[Block]:
-    m = run.manifest
-    complete = m.get("complete")
-    blocks: list[Block] = [
+def _header(run: Run) -> list[Element]:
+    meta = run.meta
+    blocks: list[Element] = [
         Heading(f"sessiongen report: {run.run_id}", 1),
         Paragraph(
-            f"Scenario {run.scenario_name} (digest {m.get('scenario_digest', '?')}); target "
+            f"Scenario {run.scenario_name} (digest {meta.scenario_digest}); target "
             f"{run.target_label}, time scale {run.time_scale:g}; started "
-            f"{m.get('started_at', '?')}, ended {m.get('ended_at', '?')}."
+            f"{meta.started_at or '?'}, ended {meta.ended_at or '?'}."
         ),
         Paragraph(
             (
@@ -142,13 +141,13 @@ def _header(run: Run) -> list[Block]:
     ]
     if run.simulated:
         blocks.append(Paragraph("SIMULATED target: the replicas were the embedded simulator."))
-    if complete is False:
+    if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
 
 
-def _correctness_problems(run: Run, f: Frames) -> list[Block]:
-    out: list[Block] = []
+def _correctness_problems(run: Run, f: Frames) -> list[Element]:
+    out: list[Element] = []
     wrong = f.needles.filter(pl.col("rate") < 1)
     if not wrong.is_empty():
         total = int((wrong["graded"] - wrong["correct"]).sum())
@@ -191,7 +190,7 @@ def _diff_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def _equivalence_problems(f: Frames) -> list[Block]:
+def _equivalence_problems(f: Frames) -> list[Element]:
     """The equivalence probe's failures: rate and worst case first, then the groups."""
     eq = f.equivalence
     if eq.compared == 0:
@@ -247,7 +246,7 @@ def _equivalence_problems(f: Frames) -> list[Block]:
     ]
 
 
-def _equivalence_passed(run: Run, f: Frames) -> list[Block]:
+def _equivalence_passed(run: Run, f: Frames) -> list[Element]:
     """For equivalence runs without failures: what was compared, so a pass is not silent."""
     eq = f.equivalence
     if run.probe != "equivalence" or eq.diverged or eq.compared == 0 or eq.vacuous:
@@ -262,8 +261,8 @@ def _equivalence_passed(run: Run, f: Frames) -> list[Block]:
     ]
 
 
-def _measurement_problems(run: Run, f: Frames) -> list[Block]:
-    out: list[Block] = []
+def _measurement_problems(run: Run, f: Frames) -> list[Element]:
+    out: list[Element] = []
     if not f.contamination.is_empty():
         out.append(
             Paragraph(
@@ -289,7 +288,7 @@ def _measurement_problems(run: Run, f: Frames) -> list[Block]:
     if not flagged.is_empty():
         out.append(Paragraph("Block drift larger than the ON/OFF effect:", warning=True))
         out.append(Table(drop_single_context(flagged)))
-    bad_blocks = [b for b in run.manifest.get("blocks", []) if b.get("status", "ok") != "ok"]
+    bad_blocks = [dict(b) for b in run.meta.blocks if b.get("status", "ok") != "ok"]
     if bad_blocks:
         out.append(Paragraph(f"{len(bad_blocks)} blocks did not finish:", warning=True))
         out.append(Table(pl.DataFrame(bad_blocks)))
@@ -299,7 +298,7 @@ def _measurement_problems(run: Run, f: Frames) -> list[Block]:
     return out
 
 
-def _problems(run: Run, f: Frames) -> list[Block]:
+def _problems(run: Run, f: Frames) -> list[Element]:
     found = _correctness_problems(run, f) + _measurement_problems(run, f)
     if not found:
         found = [
@@ -311,7 +310,7 @@ def _problems(run: Run, f: Frames) -> list[Block]:
     return [Heading("Problems"), *found, *_equivalence_passed(run, f)]
 
 
-def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Block]:
+def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
     return [
         Heading("Headline: shared-cache speedup per turn"),
         Paragraph(
@@ -337,7 +336,7 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Bloc
     ]
 
 
-def _details(f: Frames, figures: dict[str, Path]) -> list[Block]:
+def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
     cells = ("placement", "cache", "context_tokens", "turn")
     return [
         Heading("Median TTFT per arm and turn"),
@@ -438,8 +437,8 @@ def _mapping_table(data: dict[str, Any]) -> Table:
     return Table(pl.DataFrame(rows, schema={"key": pl.String(), "value": pl.String()}))
 
 
-def _overhead(run: Run) -> list[Block]:
-    out: list[Block] = []
+def _overhead(run: Run) -> list[Element]:
+    out: list[Element] = []
     for key, title in (
         ("calibration", "Client overhead (calibration)"),
         ("loop_lag", "Event-loop lag"),
@@ -453,7 +452,7 @@ def _overhead(run: Run) -> list[Block]:
     return out
 
 
-def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Block]:
+def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
     return [
         Heading("Method"),
         Bullets(
@@ -472,7 +471,8 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Block]:
                 f"({logprob_tol:g}); the divergence rate is the share of (session, "
                 "turn) whose token ids differ.",
                 "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
-                "its CI excludes 1, it exceeds 2%, at least 5 sessions were paired, and it is "
+                f"its CI excludes 1, it exceeds {analysis.DRIFT_MIN:.0%}, at least "
+                f"{analysis.DRIFT_MIN_UNITS} sessions were paired, and it is "
                 "larger than the median per-turn speedup of the placement.",
                 "summary.csv: speedup columns are filled on cache=on rows only.",
             )
@@ -480,7 +480,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Block]:
     ]
 
 
-def _identity(run: Run) -> list[Block]:
+def _identity(run: Run) -> list[Element]:
     m = run.manifest
     keys = (
         "run_id",
@@ -502,7 +502,7 @@ def _identity(run: Run) -> list[Block]:
 
 def build_blocks(
     run: Run, frames: Frames, figures: dict[str, Path], boot: Bootstrap
-) -> list[Block]:
+) -> list[Element]:
     """The report as document blocks, problems first."""
     return [
         *_header(run),

@@ -9,6 +9,7 @@ path (see :class:`sessiongen.errors.ScenarioError`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tomllib
 import types
@@ -211,8 +212,6 @@ def parse_override(text: str, source: str = "--set") -> tuple[list[str], Any]:
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a deep copy of ``raw`` with each ``dotted.key=value`` override set."""
-    import copy
-
     out = copy.deepcopy(raw)
     for text in overrides:
         keys, value = parse_override(text)

@@ -1,36 +1,16 @@
-"""The embedded simulated replica pair: a vLLM-like server with a shared-cache model.
+"""The embedded simulated replicas: a vLLM-like server with a shared-cache model.
 
-Public entry points (imported lazily so that ``sessiongen.scenario.simprofile`` stays light for
-the scenario schema):
+Its profile (every modeled parameter, calibrated from the study) is configuration and
+lives in :mod:`sessiongen.scenario.simprofile`.
 
-- ``start_sim(profile, model_name, shared_cache) -> SimHandle``: replicas in a
-  subprocess on free ports (``handle.urls``, ``handle.stop()``, a context manager);
-- ``serve(profile, model_name, base_port, shared_cache, host)``: replicas in this
-  process until interrupted (``sessiongen sim serve``);
-- ``make_apps(profile, model_name, shared_cache)``: in-process aiohttp apps (tests);
-- ``SimProfile``: every modeled parameter, calibrated from the study.
+- :mod:`.model`: the timing model, pure functions from a profile to modeled seconds;
+- :mod:`.cache`: the per-replica prefix cache and the shared pool (chain-hashed blocks);
+- :mod:`.prompt`: prompt token ids as the replicas see them (cl100k, a chat template);
+- :mod:`.output`: deterministic outputs, needle answers, the planted corruption;
+- :mod:`.engine`: the replicas' state and their prefill schedule;
+- :mod:`.wire`: vLLM's OpenAI-compatible wire format;
+- :mod:`.metrics`: Prometheus counters under vLLM's names;
+- :mod:`.server`: one aiohttp app per replica (:func:`~.server.make_apps` for tests);
+- :mod:`.process`: serving in this process, or in a child (:func:`~.process.start_sim`);
+- :mod:`.cli`: ``sessiongen sim serve`` / ``python -m sessiongen.sim``.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from sessiongen.scenario.simprofile import SimProfile
-
-if TYPE_CHECKING:
-    from sessiongen.sim.process import SimHandle, serve, start_sim
-    from sessiongen.sim.server import make_apps
-
-__all__ = ["SimHandle", "SimProfile", "make_apps", "serve", "start_sim"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("SimHandle", "serve", "start_sim"):
-        from sessiongen.sim import process
-
-        return getattr(process, name)
-    if name == "make_apps":
-        from sessiongen.sim.server import make_apps
-
-        return make_apps
-    raise AttributeError(f"module 'sessiongen.sim' has no attribute {name!r}")

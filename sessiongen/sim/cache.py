@@ -17,8 +17,10 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 # Odd multiplier of the chain (P_j = P_{j-1} * R + d_j mod 2^64) and its inverse.
 _R = 0x9E3779B97F4A7C15
@@ -26,29 +28,30 @@ _R_INV = pow(_R, -1, 1 << 64)
 _U64 = np.uint64
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
+def _mix(z: NDArray[Any]) -> NDArray[Any]:
     """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits)."""
     z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-    return z ^ (z >> _U64(31))
+    out: NDArray[Any] = z ^ (z >> _U64(31))
+    return out
 
 
 @functools.cache
-def _weights(size: int) -> np.ndarray:
+def _weights(size: int) -> NDArray[Any]:
     """Fixed random odd weights for the tokens of a block of ``size`` tokens."""
     rng = np.random.default_rng(size)
     return rng.integers(0, 1 << 63, size=size, dtype=np.uint64) * _U64(2) + _U64(1)
 
 
 @functools.cache
-def _powers(base: int, count: int) -> np.ndarray:
+def _powers(base: int, count: int) -> NDArray[Any]:
     """``base**0 .. base**(count-1)`` mod 2^64."""
     out = np.full(count, base, dtype=np.uint64)
     out[0] = 1
     return np.cumprod(out, dtype=np.uint64)
 
 
-def chain_keys(ids: np.ndarray, block_tokens: int) -> list[int]:
+def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
     """Chain-hash keys of the whole ``block_tokens``-token blocks of ``ids``.
 
     Vectorised: each block's digest ``d_j`` is a scrambled weighted sum of its tokens and
@@ -116,7 +119,7 @@ class LocalPrefixCache:
         self.block_tokens = block_tokens
         self._lru = _LRUKeys(max(capacity_tokens // block_tokens, 0))
 
-    def keys(self, ids: np.ndarray) -> list[int]:
+    def keys(self, ids: NDArray[Any]) -> list[int]:
         """The block keys of a prompt (compute once per request, off the event loop)."""
         return chain_keys(ids, self.block_tokens)
 
@@ -153,7 +156,7 @@ class SharedPool:
         chunk_bytes = chunk_tokens * bytes_per_token
         self._lru = _LRUKeys(max(capacity_bytes // chunk_bytes, 0))
 
-    def keys(self, ids: np.ndarray) -> list[int]:
+    def keys(self, ids: NDArray[Any]) -> list[int]:
         """The chunk keys of a prompt."""
         return chain_keys(ids, self.chunk_tokens)
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 import orjson
+from numpy.typing import NDArray
 
+from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import output
 from sessiongen.sim.cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
@@ -96,7 +98,7 @@ class World:
         for replica in self.replicas:
             replica.metrics.set_info(self.time_scale, self.shared_cache)
 
-    def prompt_ids(self, req: GenRequest) -> np.ndarray:
+    def prompt_ids(self, req: GenRequest) -> NDArray[np.uint32]:
         """A request's prompt token ids (chat template applied)."""
         if req.api == "chat":
             return self.tokenizer.chat(req.messages)
@@ -163,8 +165,6 @@ class World:
 
     def config(self) -> dict[str, Any]:
         """The current configuration, as ``GET /sim/config`` reports it."""
-        from sessiongen.scenario.schema import to_plain
-
         return {
             "shared_cache": self.shared_cache,
             "time_scale": self.time_scale,

@@ -21,9 +21,11 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tiktoken
+from numpy.typing import NDArray
 
 from sessiongen.workload.tokenize import TiktokenTokenizer, cl100k
 
@@ -39,7 +41,7 @@ def _encoding() -> tiktoken.Encoding:
 
 
 @functools.cache
-def word_ids() -> np.ndarray:
+def word_ids() -> NDArray[Any]:
     """The first 2,000 cl100k ids that decode to ``" word"`` (3 to 10 lowercase letters)."""
     enc = _encoding()
     pattern = re.compile(rb"^ [a-z]{3,10}$")
@@ -57,7 +59,7 @@ def _hash64(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def _stream(key: int, count: int) -> np.ndarray:
+def _stream(key: int, count: int) -> NDArray[Any]:
     """``count`` pseudo-random uint64s from ``key`` (splitmix64 over a counter)."""
     with np.errstate(over="ignore"):
         z = np.arange(1, count + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15) + _U64(key)
@@ -66,7 +68,7 @@ def _stream(key: int, count: int) -> np.ndarray:
         return z ^ (z >> _U64(31))
 
 
-def prompt_digest(ids: np.ndarray) -> str:
+def prompt_digest(ids: NDArray[Any]) -> str:
     """A hex digest of a prompt's token ids (every token, the tail included)."""
     return hashlib.blake2b(
         np.ascontiguousarray(ids, dtype=np.uint32).tobytes(), digest_size=16

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from sessiongen.workload.tokenize import cl100k
 
@@ -57,20 +58,20 @@ class PromptTokenizer:
 
     def __init__(self, memo_tokens: int = 8_000_000) -> None:
         self._tok = cl100k()
-        self._memo: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._memo: OrderedDict[tuple[int, int], NDArray[np.uint32]] = OrderedDict()
         self._memo_tokens = 0
         self._limit = memo_tokens
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        self._role_ids: dict[str, np.ndarray] = {}
+        self._role_ids: dict[str, NDArray[np.uint32]] = {}
         self._end = self._encode_small(MESSAGE_END)
         self._assistant_head = self._encode_small(ROLE_HEAD.format(role="assistant"))
 
-    def _encode_small(self, text: str) -> np.ndarray:
+    def _encode_small(self, text: str) -> NDArray[np.uint32]:
         return np.asarray(self._tok.encode(text), dtype=np.uint32)
 
-    def _segment_ids(self, seg: str) -> np.ndarray:
+    def _segment_ids(self, seg: str) -> NDArray[np.uint32]:
         key = (hash(seg), len(seg))
         with self._lock:
             found = self._memo.get(key)
@@ -90,7 +91,7 @@ class PromptTokenizer:
                 self._memo_tokens -= len(old)
         return ids
 
-    def encode(self, text: str) -> np.ndarray:
+    def encode(self, text: str) -> NDArray[np.uint32]:
         """Token ids of ``text`` (no special tokens), reusing ids of segments seen before."""
         parts = [self._segment_ids(seg) for seg in segments(text) if seg]
         if not parts:
@@ -99,9 +100,9 @@ class PromptTokenizer:
 
     def chat(
         self, messages: Sequence[tuple[str, str]], add_generation_prompt: bool = True
-    ) -> np.ndarray:
+    ) -> NDArray[np.uint32]:
         """Token ids of a chat prompt under the fixed template."""
-        parts: list[np.ndarray] = []
+        parts: list[NDArray[np.uint32]] = []
         for role, content in messages:
             head = self._role_ids.get(role)
             if head is None:

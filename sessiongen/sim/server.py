@@ -28,7 +28,7 @@ from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.engine import Admission, Job, Replica, World
 from sessiongen.sim.model import itl_s
 from sessiongen.sim.output import Output
-from sessiongen.sim.wire import Api, BadRequest, Responder, error_body
+from sessiongen.sim.wire import Api, BadRequest, Responder, error_body, parse_generation
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -67,7 +67,7 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-class _Run:
+class _Generation:
     """One generation request on one replica, from arrival to the last token."""
 
     def __init__(self, replica: Replica, job: Job, arrival: float) -> None:
@@ -212,8 +212,8 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
         job = await loop.run_in_executor(None, replica.world.prepare, raw, api)
     except BadRequest as exc:
         return bad_request(exc)
-    run = _Run(replica, job, arrival)
-    return await run.stream(request) if job.req.stream else await run.whole()
+    gen = _Generation(replica, job, arrival)
+    return await gen.stream(request) if job.req.stream else await gen.whole()
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -276,8 +276,6 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 def _tokenize_body(world: World, body: dict[str, Any]) -> list[int]:
-    from sessiongen.sim.wire import parse_generation
-
     if "messages" in body:
         req = parse_generation({**body, "model": world.model_name}, "chat")
         add = body.get("add_generation_prompt", True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from sessiongen.sim.output import Output, token_bytes, token_text
 
@@ -45,7 +46,7 @@ class GenRequest:
     model: str
     messages: tuple[tuple[str, str], ...] = ()
     prompt_text: str | None = None
-    prompt_ids: np.ndarray | None = None
+    prompt_ids: NDArray[np.uint32] | None = None
     max_tokens: int | None = None
     min_tokens: int = 0
     ignore_eos: bool = False
@@ -93,7 +94,7 @@ def _content(message: Any, i: int) -> tuple[str, str]:
     return role, content
 
 
-def _prompt(body: dict[str, Any]) -> tuple[str | None, np.ndarray | None]:
+def _prompt(body: dict[str, Any]) -> tuple[str | None, NDArray[np.uint32] | None]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
@@ -122,7 +123,7 @@ def parse_generation(body: Any, api: Api) -> GenRequest:
         raise BadRequest("only n = 1 is supported", "n")
     messages: tuple[tuple[str, str], ...] = ()
     text: str | None = None
-    ids: np.ndarray | None = None
+    ids: NDArray[np.uint32] | None = None
     if api == "chat":
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:

@@ -12,9 +12,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from sessiongen.launch.commands import BUILTIN_TINY
 from sessiongen.launch.pair import ManagedPair
-from sessiongen.launch.tinymodel import tiny_model_identity
+from sessiongen.launch.tinymodel import BUILTIN_TINY, tiny_model_identity
 from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.errors import UserError
@@ -89,9 +90,9 @@ class Series:
 
     metric: Metric
     cell: dict[str, Any]
-    values: np.ndarray  # NaN where a night has no value
-    low: np.ndarray
-    high: np.ndarray
+    values: NDArray[np.float64]  # NaN where a night has no value
+    low: NDArray[np.float64]
+    high: NDArray[np.float64]
     fit: StepFit
     finding: dict[str, Any] | None
 
@@ -119,7 +120,7 @@ def night_groups(
     return out
 
 
-def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> np.ndarray:
+def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> NDArray[np.float64]:
     """A column of one cell's rows as an array over the nights (NaN where missing)."""
     index = {rid: i for i, rid in enumerate(nights.run_ids)}
     out = np.full(len(nights.run_ids), np.nan)
@@ -133,7 +134,7 @@ def _judge(
     metric: Metric,
     fit: StepFit,
     nights: Nights,
-    values: np.ndarray,
+    values: NDArray[np.float64],
     threshold: float,
     min_nights: int,
 ) -> dict[str, Any] | None:
@@ -184,7 +185,7 @@ def metric_series(
     return out
 
 
-def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, np.ndarray]:
+def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, NDArray[np.float64]]:
     """Per night: divergences, contamination, wrong needle answers and failed requests."""
     cells = frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
         divergences=pl.col("divergences").fill_null(0).max(),  # on both arms' rows

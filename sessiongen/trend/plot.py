@@ -8,7 +8,6 @@ a shift judged a regression is red, an improvement green (see :mod:`sessiongen.t
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from collections.abc import Collection, Sequence
@@ -17,11 +16,10 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, FuncFormatter, MaxNLocator
 
-from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.report import figures
 from sessiongen.trend.check import WINDOW, Nights, Series, check_groups
 from sessiongen.trend.store import load_store
 
@@ -33,17 +31,16 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
 
 
-def _figure(title: str, panels: int) -> tuple[Figure, list[Axes]]:
-    ncols = min(3, panels)
-    nrows = math.ceil(panels / ncols)
-    fig = Figure(figsize=(4.6 * ncols + 0.8, 3.2 * nrows + 1.2), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.suptitle(title, fontsize=11)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[panels:]:
+def _figure(title: str, count: int) -> tuple[Figure, list[Axes]]:
+    """Up to three panels a row; panels beyond ``count`` hidden."""
+    ncols = min(3, count)
+    nrows = math.ceil(count / ncols)
+    fig, axes = figures.panels(
+        title, nrows=nrows, ncols=ncols, panel_size=(4.6, 3.2), margin=(0.8, 1.2), constrained=True
+    )
+    for ax in axes[count:]:
         ax.set_visible(False)
-    return fig, flat[:panels]
+    return fig, axes[:count]
 
 
 def _draw_series(ax: Axes, series: Series, color: str, label: str) -> None:
@@ -74,14 +71,6 @@ def _night_axis(ax: Axes, labels: Sequence[str]) -> None:
     )
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     ax.set_xlim(-0.7, len(labels) - 0.3)
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    atomic_write_bytes(path, buf.getvalue())
-    return path
 
 
 def _by_turn(series: list[Series]) -> dict[int, list[Series]]:
@@ -125,7 +114,7 @@ def draw_group(nights: Nights, series: list[Series], out_dir: Path) -> list[Path
             f"context {ctx} tokens ({len(nights.run_ids)} nights)"
         )
         fig = _headline_figure(nights, metric, title, group)
-        paths.append(_save(fig, folder / f"{metric}-{_safe(placement)}-{ctx}.png"))
+        paths.append(figures.save(fig, folder / f"{metric}-{_safe(placement)}-{ctx}.png", dpi=110))
     return paths
 
 

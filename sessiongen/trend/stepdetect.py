@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import norm
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -139,8 +140,6 @@ def sigma_from_ci(
 
 
 def _norm_ppf(p: float) -> float:
-    from scipy.stats import norm
-
     return float(norm.ppf(p))
 
 

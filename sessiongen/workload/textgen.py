@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from sessiongen.workload import tokenize
 from sessiongen.workload.tokenize import Tokenizer, cl100k
@@ -104,7 +105,7 @@ class TextGenerator:
         digest = hashlib.sha256("\x00".join(self.units.tolist()).encode()).hexdigest()[:12]
         return f"{GENERATOR_VERSION}:{digest}"
 
-    def unit_ids(self, rng: np.random.Generator, n_tokens: int) -> np.ndarray:
+    def unit_ids(self, rng: np.random.Generator, n_tokens: int) -> NDArray[np.int64]:
         """Unit ids of prose starting with a sentence, summing to exactly ``n_tokens``."""
         if n_tokens <= 0:
             return np.zeros(0, dtype=np.int64)
@@ -137,7 +138,7 @@ class TextGenerator:
             arr = np.concatenate([arr, fill])
         return arr
 
-    def text_of(self, ids: np.ndarray) -> str:
+    def text_of(self, ids: NDArray[np.int64]) -> str:
         """Join units into text."""
         return "".join(self.units[ids].tolist())
 

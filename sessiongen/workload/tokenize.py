@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+import tiktoken
+
 from sessiongen.errors import EndpointError, MissingDependencyError, ScenarioError
 
 
@@ -63,8 +65,6 @@ class TiktokenTokenizer:
     FILE_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 
     def __init__(self) -> None:
-        import tiktoken
-
         try:
             self._enc = tiktoken.get_encoding(self.ENCODING)
         except ValueError:
@@ -95,7 +95,7 @@ class HFTokenizer:
     """A Hugging Face ``tokenizer.json`` through the ``tokenizers`` package."""
 
     def __init__(self, path: Path) -> None:
-        try:
+        try:  # an optional dependency, needed only for tokenizer.json files
             from tokenizers import Tokenizer as _HF
         except ImportError:
             raise MissingDependencyError(
