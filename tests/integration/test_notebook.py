@@ -9,9 +9,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.synthetic import SyntheticSpec, write_run
+from tests.support.paths import ROOT
+from tests.support.synthetic import SyntheticSpec, write_run
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "analysis.ipynb"
 
 
 def execute_notebook(run_dir: Path, cwd: Path) -> nbformat.NotebookNode:
@@ -70,7 +71,7 @@ def test_notebook_executes_against_a_simulated_pair_run(tmp_path: Path) -> None:
         from sessiongen import replay, scenario
 
         sc = scenario.load(
-            Path(__file__).resolve().parents[1] / "scenarios" / "smoke.toml",
+            ROOT / "scenarios" / "smoke.toml",
             ["target.sim.time_scale=0.05", 'placement.policies=["alternate","fixed"]'],
         )
         outcome = replay.replay(

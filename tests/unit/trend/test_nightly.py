@@ -17,10 +17,10 @@ from sessiongen.errors import EndpointError, ScenarioError
 from sessiongen.scenario import schema
 from sessiongen.scenario.spec import Scenario
 from sessiongen.trend import nightly
-from tests.synthetic import SyntheticSpec, write_run
-from tests.trend_history import Night, write_history
+from tests.support.paths import ROOT
+from tests.support.synthetic import SyntheticSpec, write_run
+from tests.support.trend_history import Night, write_history
 
-ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "scenarios/smoke.toml"
 
 

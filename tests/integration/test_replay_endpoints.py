@@ -11,7 +11,7 @@ import pytest
 
 from sessiongen import replay, scenario
 from sessiongen.errors import EndpointError, UserError
-from tests.fakeserver import ThreadServer, make_app
+from tests.support.fakeserver import ThreadServer, make_app
 
 RAW: dict[str, Any] = {
     "name": "fake",

@@ -17,8 +17,9 @@ import pytest
 from sessiongen.analysis import console_table, load_run, run_summary
 from sessiongen.report import write_report
 from sessiongen.trend import trend_add, trend_check
+from tests.support.paths import ROOT
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "v1"
+FIXTURES = ROOT / "tests" / "fixtures" / "v1"
 RUNS = sorted((FIXTURES / "runs").iterdir())
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from sessiongen.client import driver
 from sessiongen.client.lagmon import LagMonitor
-from tests.fakeserver import make_app
+from tests.support.fakeserver import make_app
 
 MS = 1_000_000
 

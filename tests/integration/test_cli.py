@@ -15,9 +15,8 @@ from click.testing import CliRunner
 
 from sessiongen import __version__
 from sessiongen.cli import cli
-from tests.fakeserver import ThreadServer, make_app
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.fakeserver import ThreadServer, make_app
+from tests.support.paths import ROOT
 
 
 def test_version_and_help() -> None:

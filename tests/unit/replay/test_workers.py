@@ -12,9 +12,8 @@ import pytest
 from sessiongen import replay, scenario
 from sessiongen.errors import UserError
 from sessiongen.replay.workers import split_concurrency
-from tests.fakeserver import ThreadServer, make_app
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.fakeserver import ThreadServer, make_app
+from tests.support.paths import ROOT
 
 
 def test_concurrency_is_split_evenly() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sessiongen.cli import cli
-from tests.trend_history import Night, write_history
+from tests.support.trend_history import Night, write_history
 
 
 def test_trend_check_exits_1_on_a_lasting_slowdown_and_0_on_flat(tmp_path: Path) -> None:

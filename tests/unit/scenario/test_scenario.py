@@ -8,8 +8,8 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.errors import ScenarioError
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
 
 

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from sessiongen import analysis, report
-from tests.synthetic import SyntheticSpec, with_changes, write_run
+from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
 SPEC = SyntheticSpec(probe="equivalence", placements=("alternate",), sessions=4, turns=3)
 GROUPS = 4 * 3  # sessions x turns, one placement and context

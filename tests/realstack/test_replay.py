@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from sessiongen import analysis, replay, report, scenario
+from tests.support.paths import ROOT
 
 pytestmark = [
     pytest.mark.realstack,
@@ -25,8 +26,6 @@ pytestmark = [
         reason="the real stack is not installed (scripts/install-real-stack.sh)",
     ),
 ]
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

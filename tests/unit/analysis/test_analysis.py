@@ -10,7 +10,7 @@ import pytest
 
 from sessiongen import analysis
 from sessiongen.errors import RunDirError
-from tests.synthetic import SyntheticSpec, expected_speedup, with_changes, write_run
+from tests.support.synthetic import SyntheticSpec, expected_speedup, with_changes, write_run
 
 CLEAN = SyntheticSpec()
 FAULTY = with_changes(

@@ -14,8 +14,8 @@ from sessiongen.records import io as records
 from sessiongen.records.format import RunMeta
 from sessiongen.trend import check as tcheck
 from sessiongen.trend import store as tstore
-from tests.synthetic import SyntheticSpec, write_run
-from tests.trend_history import (
+from tests.support.synthetic import SyntheticSpec, write_run
+from tests.support.trend_history import (
     SUMMARY_SCHEMA,
     Night,
     history_frame,

@@ -12,7 +12,7 @@ import pytest
 
 from sessiongen import report
 from sessiongen.report.plots import FIGURE_NAMES
-from tests.synthetic import SyntheticSpec, with_changes, write_run
+from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
 FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=2, failing_sessions=1)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from sessiongen.client import driver, http1
-from tests.fakeserver import make_app
+from tests.support.fakeserver import make_app
 
 BODY = driver.serialize({"model": "sim-27b", "messages": [{"role": "user", "content": "hi"}]})
 

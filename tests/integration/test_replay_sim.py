@@ -10,8 +10,7 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def run_smoke(tmp_path: Path, *overrides: str) -> tuple[pl.DataFrame, dict[str, Any]]:
