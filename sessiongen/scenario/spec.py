@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, Literal
 import orjson
 
 from sessiongen.errors import ScenarioError
+from sessiongen.infra.tomlfile import read_toml
 from sessiongen.scenario import schema
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.simprofile import SimProfile
@@ -234,16 +234,4 @@ def from_dict(
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read a scenario TOML file, apply overrides, validate; errors name file and key."""
-    path = Path(path)
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(source, "", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc}") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(source, "", f"not valid TOML: {exc}") from None
-    return from_dict(raw, source=source, overrides=overrides)
+    return from_dict(read_toml(path), source=str(path), overrides=overrides)
