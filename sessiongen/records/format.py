@@ -14,9 +14,13 @@ modeled seconds: ``modeled = measured / time_scale``. Real targets have time sca
 
 Format history
 --------------
-- ``schema_version`` 1 (sessiongen 0.1.0): the columns below; manifests with
-  ``target.simulated`` (older ones only with ``target.kind == "sim"``) and the sim
-  profile under ``target.profile`` (older: ``target.sim``).
+- ``schema_version`` 1 (sessiongen 0.1.0): the columns below up to ``loop_lag_flag``;
+  manifests with ``target.simulated`` (older ones only with ``target.kind == "sim"``)
+  and the sim profile under ``target.profile`` (older: ``target.sim``).
+- ``schema_version`` 2: adds ``prompt_digest`` (answers are compared only between
+  requests with the same prompt) and ``server_ttft_s`` (the simulator's own modeled
+  TTFT, so the measurement error of a simulated run is known). Readers fill the columns
+  a version lacks with nulls.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Columns that identify an arm, and a cell of the per-turn tables.
 ARM_KEYS = ("placement", "cache")
@@ -84,6 +88,11 @@ class RequestRecord:
     output_text: str | None = column(pl.String(), "the answer (first 200 characters)")
     first_logprob: float | None = column(pl.Float64(), "logprob of the first output token")
     loop_lag_flag: bool | None = column(pl.Boolean(), "event-loop lag > 5 ms while in flight")
+    # schema_version 2:
+    prompt_digest: str | None = column(pl.String(), "digest of the exact messages sent")
+    server_ttft_s: float | None = column(
+        pl.Float64(), "the server's own TTFT for the request (simulator: modeled x time scale)"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

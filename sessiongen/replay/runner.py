@@ -100,7 +100,23 @@ def record_of(
         output_text=res.text[:200] if res.ok else None,
         first_logprob=res.first_logprob,
         loop_lag_flag=ctx.lag.flagged(res.send_ns, time.perf_counter_ns()),
+        prompt_digest=req.prompt_digest(),
+        server_ttft_s=_server_ttft_s(res),
     )
+
+
+def _server_ttft_s(res: Result) -> float | None:
+    """The TTFT the server says it gave (wall seconds), where it says one.
+
+    The simulator puts its own account in the final usage chunk's ``sim`` object: the
+    modeled TTFT and the time scale it ran at; their product is the wall time the
+    client should have measured, so ``ttft_s - server_ttft_s`` is the measurement error.
+    """
+    sim = res.server_facts("sim")
+    modeled, scale = sim.get("modeled_ttft_s"), sim.get("time_scale")
+    if isinstance(modeled, int | float) and isinstance(scale, int | float):
+        return float(modeled) * float(scale)
+    return None
 
 
 async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result:

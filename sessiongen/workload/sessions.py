@@ -68,10 +68,17 @@ class Blob:
     escaped parts concatenate to exactly what serializing the joined text gives.
     """
 
-    __slots__ = ("json",)
+    __slots__ = ("_digest", "json")
 
     def __init__(self, text: str) -> None:
         self.json = orjson.dumps(text)[1:-1]
+        self._digest: bytes | None = None
+
+    def digest(self) -> bytes:
+        """A digest of the text, computed once (every turn of a session shares it)."""
+        if self._digest is None:
+            self._digest = hashlib.blake2b(self.json, digest_size=16).digest()
+        return self._digest
 
     def text(self) -> str:
         """The text back (slow path: generate, tests)."""
@@ -113,6 +120,22 @@ class TurnRequest:
     def body(self, scenario: Scenario) -> dict[str, Any]:
         """The exact request body replay sends for this turn."""
         return request_body(scenario, self.messages)
+
+    def prompt_digest(self) -> str:
+        """A digest of the exact prompt: every message's role and content, in order.
+
+        Two requests have the same digest exactly when they send the same messages, so
+        their answers are comparable (the salt's marker, live answers and questions all
+        change it). Long texts contribute their own cached digest, so this costs
+        microseconds per turn, not a pass over the whole context.
+        """
+        h = hashlib.blake2b(digest_size=8)
+        for role, pieces in self.segments:
+            h.update(b"\x1e" + role.encode() + b"\x1f")
+            for piece in pieces:
+                h.update(piece.digest() if isinstance(piece, Blob) else piece.encode())
+                h.update(b"\x1d")
+        return h.hexdigest()
 
     def body_parts(self, scenario: Scenario) -> list[bytes]:
         """The serialized body as parts whose concatenation is ``orjson.dumps(body)``.
