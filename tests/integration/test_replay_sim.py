@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
+from sessiongen.report import write_report
 from tests.support.paths import ROOT
 
 
@@ -137,3 +140,20 @@ def test_without_restarts_the_arm_is_switched_and_caches_dropped(tmp_path: Path)
         (pl.col("cache") == "on") & pl.col("cross_replica") & (pl.col("turn") == 2)
     )
     assert (cross_on["external_hit_tokens"] >= 1568).all()
+
+
+def test_results_are_readable_by_others_under_the_usual_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        sc = scenario.load(
+            ROOT / "scenarios/smoke.toml",
+            ['design.blocks=["off"]', 'design.cache=["off"]', "sessions.count=1"],
+        )
+        out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False))
+        report_md = write_report(out.run_dir)
+    finally:
+        os.umask(old)
+    written = [p for p in out.run_dir.rglob("*") if p.is_file()]
+    assert report_md in written and len(written) > 8
+    modes = {p.relative_to(out.run_dir).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in written}
+    assert set(modes.values()) == {0o644}, modes
