@@ -1,16 +1,29 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the hypothesis profiles.
+
+Property tests are reproducible by default (profile ``ci``: derandomized, no example
+database), so CI and a fresh clone run the same examples every time. Random
+exploration is for your machine: ``SESSIONGEN_HYPOTHESIS=explore make test-fast``
+draws new examples each run (and more of them); a failure it finds becomes an
+``@example`` in the test.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp.test_utils import TestServer
+from hypothesis import settings
 
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.server import make_apps
 
 SimServers = Callable[..., Awaitable[list[TestServer]]]
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", max_examples=500, deadline=None)
+settings.load_profile(os.environ.get("SESSIONGEN_HYPOTHESIS", "ci"))
 
 
 @pytest.fixture

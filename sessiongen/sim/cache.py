@@ -25,6 +25,8 @@ from numpy.typing import NDArray
 # Odd multiplier of the chain (P_j = P_{j-1} * R + d_j mod 2^64) and its inverse.
 _R = 0x9E3779B97F4A7C15
 _R_INV = pow(_R, -1, 1 << 64)
+# Odd multiplier of a block's position, added to its digest before scrambling.
+_POSITION = 0xD1B54A32D192ED03
 _U64 = np.uint64
 
 
@@ -54,17 +56,23 @@ def _powers(base: int, count: int) -> NDArray[Any]:
 def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
     """Chain-hash keys of the whole ``block_tokens``-token blocks of ``ids``.
 
-    Vectorised: each block's digest ``d_j`` is a scrambled weighted sum of its tokens and
-    the chain ``P_j = sum_k d_k R^(j-k)`` is computed as ``R^j * cumsum(d_k R^-k)``. Keys
-    are 64-bit; two different prefixes collide with odds of about 2^-64. Returns Python
-    ints (dict keys).
+    Vectorised: each block's digest ``d_j`` is a scrambled weighted sum of its tokens plus
+    its position (``(j + 1) * P``, ``P`` odd), and the chain ``P_j = sum_k d_k R^(j-k)`` is
+    computed as ``R^j * cumsum(d_k R^-k)``. Keys are 64-bit; two different prefixes
+    collide with odds of about 2^-64. Returns Python ints (dict keys).
+
+    The position term matters: without it a block whose weighted sum is 0 (all token
+    ids 0) scrambles to 0 (splitmix's finaliser maps 0 to 0), and ``[0]`` and ``[0, 0]``
+    with one-token blocks got the same key at positions 0 and 1 (found by hypothesis).
     """
     blocks = len(ids) // block_tokens
     if blocks == 0:
         return []
     with np.errstate(over="ignore"):
         grid = np.asarray(ids[: blocks * block_tokens], dtype=np.uint64).reshape(blocks, -1)
-        digests = _mix((grid * _weights(block_tokens)).sum(axis=1, dtype=np.uint64))
+        sums = (grid * _weights(block_tokens)).sum(axis=1, dtype=np.uint64)
+        positions = np.arange(1, blocks + 1, dtype=np.uint64) * _U64(_POSITION)
+        digests = _mix(sums + positions)
         # Powers are cached per length; prompts grow turn by turn, so round up.
         length = 1 << (blocks - 1).bit_length()
         scaled = np.cumsum(digests * _powers(_R_INV, length)[:blocks], dtype=np.uint64)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sessiongen.sim.cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
@@ -35,6 +35,9 @@ def test_chain_keys_ignore_the_partial_tail() -> None:
     st.lists(st.integers(0, 100_000), min_size=0, max_size=200),
     st.integers(1, 40),
 )
+# Found by hypothesis: all-zero blocks scrambled to key 0 at every position.
+@example(head=[], tail=[0, 0], block=1)
+@example(head=[0, 0, 0, 0], tail=[], block=2)
 def test_chain_keys_agree_exactly_on_common_whole_blocks(
     head: list[int], tail: list[int], block: int
 ) -> None:
@@ -96,3 +99,10 @@ def test_pool_serves_only_what_lies_beyond_the_local_hit() -> None:
     assert split_hit(local_tokens=96, pool_prefix=300) == (96, 204)
     assert split_hit(local_tokens=320, pool_prefix=300) == (320, 0)
     assert split_hit(local_tokens=0, pool_prefix=0) == (0, 0)
+
+
+def test_position_is_part_of_every_key() -> None:
+    zeros = np.zeros(64, dtype=np.uint32)
+    for block in (1, 2, 16):
+        keys = chain_keys(zeros, block)
+        assert len(set(keys)) == len(keys) == 64 // block
