@@ -188,7 +188,10 @@ def _summarize(run_dir: Path, report: bool) -> None:
     from sessiongen import analysis
     from sessiongen import report as report_mod
 
-    click.echo(analysis.console_table(analysis.load_run(run_dir)))
+    run = analysis.load_run(run_dir)
+    for line in analysis.trust_warnings(run):
+        click.echo(line, err=True)
+    click.echo(analysis.console_table(run))
     if report:
         click.echo(f"report: {report_mod.write_report(run_dir)}")
 

@@ -4,6 +4,8 @@
 - :mod:`.frames`: small helpers to build frames from a run's requests;
 - :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions, block drift;
 - :mod:`.checks`: contamination, attribution, needle grades, equivalence;
+- :mod:`.fidelity`: can the run be read as the cache's effect: measurement error of
+  simulated runs, cold first turns that differ between arms;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.compare`: one run against another.
 
@@ -23,6 +25,13 @@ from sessiongen.analysis.checks import (
     needle_grades,
 )
 from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.fidelity import (
+    COLD_TOLERANCE,
+    ERROR_SHARE,
+    cold_turn_asymmetry,
+    measurement_error,
+    trust_warnings,
+)
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
     DRIFT_MIN,
@@ -42,9 +51,11 @@ from sessiongen.analysis.summary import run_summary
 from sessiongen.records.run import Run, latest_run, load_run, resolve_run_dir
 
 __all__ = [
+    "COLD_TOLERANCE",
     "DEFAULT_BOOTSTRAP",
     "DRIFT_MIN",
     "DRIFT_MIN_UNITS",
+    "ERROR_SHARE",
     "LOGPROB_TOL",
     "Bootstrap",
     "Comparison",
@@ -54,6 +65,7 @@ __all__ = [
     "block_drift",
     "cache_attribution",
     "cold_first_turns",
+    "cold_turn_asymmetry",
     "compare_runs",
     "console_table",
     "contamination",
@@ -65,6 +77,7 @@ __all__ = [
     "equivalence",
     "latest_run",
     "load_run",
+    "measurement_error",
     "needle_grades",
     "paired_design",
     "resolve_run_dir",
@@ -72,4 +85,5 @@ __all__ = [
     "session_speedup",
     "session_totals",
     "speedup_table",
+    "trust_warnings",
 ]

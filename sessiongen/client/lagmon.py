@@ -109,6 +109,21 @@ class LagMonitor:
             i += 1
         return False
 
+    def overlap_ns(self, start_ns: int, end_ns: int) -> int:
+        """Nanoseconds of lag over the threshold that fall inside [start_ns, end_ns].
+
+        A timestamp taken during a stall is pushed to its end, so a request's measured
+        times can be off by at most the lag its span overlaps: comparing this with the
+        request's own TTFT says whether the lag mattered to it.
+        """
+        total = 0
+        i = bisect.bisect_right(self._ends, start_ns)
+        while i < len(self.events) and self.events[i][0] < end_ns:
+            lo, hi = self.events[i]
+            total += min(hi, end_ns) - max(lo, start_ns)
+            i += 1
+        return total
+
     def summary(self) -> dict[str, Any]:
         """Figures for the manifest (milliseconds)."""
         return {

@@ -87,7 +87,9 @@ class RequestRecord:
     output_digest: str | None = column(pl.String(), "digest of output token ids (or text)")
     output_text: str | None = column(pl.String(), "the answer (first 200 characters)")
     first_logprob: float | None = column(pl.Float64(), "logprob of the first output token")
-    loop_lag_flag: bool | None = column(pl.Boolean(), "event-loop lag > 5 ms while in flight")
+    loop_lag_flag: bool | None = column(
+        pl.Boolean(), "event-loop lag could have moved TTFT by more than 2% (v1: any lag > 5 ms)"
+    )
     # schema_version 2:
     prompt_digest: str | None = column(pl.String(), "digest of the exact messages sent")
     server_ttft_s: float | None = column(

@@ -127,7 +127,9 @@ class _Replay:
             raise output_error(self.run_dir, exc) from None
         self.salt = os.urandom(6).hex()
         self.result = ReplayResult(self.run_dir)
-        self.lag = LagMonitor()
+        # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
+        # (runner.lag_matters), and nothing is logged mid-run to break the progress bars.
+        self.lag = LagMonitor(threshold_s=0.001, warn=False)
         self.t0 = time.perf_counter_ns()
         self.generator = generator_for(
             scenario.model.tokenizer, server_url=target.tokenizer_url(), model=scenario.model.name
@@ -272,20 +274,35 @@ class _Replay:
                     )
                 )
 
+    def warmup_tokens(self) -> int:
+        """Context length of each warm-up: ``design.warmup_tokens``, else two of the
+        target's pool chunks (at least 256 tokens), so that the pool stores whole chunks
+        and the second hop reads them back: shorter than a chunk, nothing is stored and
+        the first measured cross-replica request pays the cold pool path."""
+        given = self.scenario.design.warmup_tokens
+        if given is not None:
+            return given
+        return max(256, 2 * (self.target.pool_chunk_tokens or 256))
+
     async def warmup(self, ctx: runner.BlockContext, salt: str) -> None:
         """Warm-up requests of distinct content; recorded, flagged, excluded from results.
 
         Each warm-up prompt runs on its replica and then again on the next one, so the
         path that serves a prefix from another replica (the shared pool, when on) is
-        warm too: a fresh LMCache's first retrievals are several times slower.
+        warm too: a fresh LMCache's first retrievals are several times slower. They run
+        one at a time, so their counters are read around each (the records say whether
+        the pool path was exercised).
         """
         builder = self.builder(salt)
         n = len(ctx.urls)
+        http = ctx.client.http
         for i in range(self.scenario.design.warmup_requests):
             for replica in range(n):
-                req = builder.warmup(f"b{ctx.plan.block}-r{replica}-{i}")
+                req = builder.warmup(f"b{ctx.plan.block}-r{replica}-{i}", self.warmup_tokens())
                 for hop, target in enumerate(dict.fromkeys([replica, (replica + 1) % n])):
+                    before = await counters.snapshot(http, ctx.urls[target])
                     res = await runner.send_turn(ctx, target, req)
+                    after = await counters.snapshot(http, ctx.urls[target])
                     self.on_record(
                         runner.record_of(
                             ctx,
@@ -295,6 +312,8 @@ class _Replay:
                             cross_replica=hop > 0,
                             warmup=True,
                             queue_s=0.0,
+                            before=before,
+                            after=after,
                         )
                     )
 

@@ -17,6 +17,7 @@ class BlockProgress:
         self, total: int, desc: str, *, enabled: bool, time_scale: float, simulated: bool
     ) -> None:
         self.errors = 0
+        self.lagged = 0
         self._ttft: list[float] = []
         self._scale = time_scale
         self._unit = "modeled s" if simulated else "s"
@@ -25,6 +26,7 @@ class BlockProgress:
     def update(self, record: RequestRecord) -> None:
         """Count one measured (not warm-up) request and move the bar."""
         failed = record.status != "ok"
+        self.lagged += bool(record.loop_lag_flag)
         if failed:
             self.errors += 1
         elif record.ttft_s is not None:
@@ -37,10 +39,11 @@ class BlockProgress:
 
     def postfix(self) -> str:
         """``errors=N median TTFT=X s``: what the bar shows after the counts."""
+        lag = f" lag-flagged={self.lagged}" if self.lagged else ""
         if not self._ttft:
-            return f"errors={self.errors}"
+            return f"errors={self.errors}{lag}"
         med = statistics.median(self._ttft) / self._scale
-        return f"errors={self.errors} median TTFT={med:.3f} {self._unit}"
+        return f"errors={self.errors}{lag} median TTFT={med:.3f} {self._unit}"
 
     def close(self) -> None:
         self._bar.close()

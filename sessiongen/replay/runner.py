@@ -99,10 +99,29 @@ def record_of(
         output_digest=res.output_digest(),
         output_text=res.text[:200] if res.ok else None,
         first_logprob=res.first_logprob,
-        loop_lag_flag=ctx.lag.flagged(res.send_ns, time.perf_counter_ns()),
+        loop_lag_flag=lag_matters(ctx.lag, res),
         prompt_digest=req.prompt_digest(),
         server_ttft_s=_server_ttft_s(res),
     )
+
+
+#: A request is flagged when event-loop lag inside its span exceeds this share of its TTFT.
+LAG_SHARE = 0.02
+
+
+def lag_matters(lag: LagMonitor, res: Result) -> bool:
+    """Whether the client's event-loop lag could have moved this request's TTFT by more
+    than :data:`LAG_SHARE` of it (a stall pushes every timestamp taken in it to its end).
+
+    Relative, so it means the same at every time scale: 5 ms of lag is noise beside a
+    3 s cold prefill and a fifth of a 25 ms simulated local hit.
+    """
+    end = res.chunk_ns[0] if res.chunk_ns else time.perf_counter_ns()
+    overlap = lag.overlap_ns(res.send_ns, end)
+    if not overlap:
+        return False
+    ttft_ns = (end - res.send_ns) or 1
+    return overlap > LAG_SHARE * ttft_ns
 
 
 def _server_ttft_s(res: Result) -> float | None:

@@ -83,6 +83,8 @@ class Frames:
     needles: pl.DataFrame
     divergences: pl.DataFrame
     equivalence: Equivalence
+    error: pl.DataFrame
+    cold_check: pl.DataFrame
 
     @classmethod
     def compute(
@@ -102,6 +104,8 @@ class Frames:
             needles=analysis.needle_grades(run),
             divergences=analysis.divergences(run, logprob_tol=logprob_tol),
             equivalence=analysis.equivalence(run, logprob_tol=logprob_tol),
+            error=analysis.measurement_error(run),
+            cold_check=analysis.cold_turn_asymmetry(run, boot=boot),
         )
 
 
@@ -294,12 +298,63 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
         out.append(Table(pl.DataFrame(bad_blocks)))
     lagged = int(run.requests["loop_lag_flag"].fill_null(False).sum())
     if lagged:
-        out.append(Paragraph(f"{lagged} requests saw client event-loop lag > 5 ms.", warning=True))
+        out.append(
+            Paragraph(
+                f"{lagged} requests saw client event-loop lag that could have moved their "
+                "TTFT by more than 2% (loop_lag_flag; in runs before schema 2: any lag over "
+                "5 ms).",
+                warning=True,
+            )
+        )
+    return out
+
+
+def _trust_problems(f: Frames) -> list[Element]:
+    """What makes every speedup of the run unreadable: said before anything else."""
+    out: list[Element] = []
+    cold = f.cold_check.filter(pl.col("flagged"))
+    if not cold.is_empty():
+        worst = cold.sort((pl.col("speedup") - 1).abs(), descending=True).row(0, named=True)
+        out += [
+            Paragraph(
+                f"Arms differ beyond the cache: cold first turns (nothing cached in either "
+                f"arm) took {worst['median_off_s']:.3g} with the cache off and "
+                f"{worst['median_on_s']:.3g} with it on ({worst['placement']}, "
+                f"{worst['speedup']:.2f}x, interval {worst['speedup_ci_low']:.2f} to "
+                f"{worst['speedup_ci_high']:.2f}). No speedup of this run can be read as "
+                "the cache's alone.",
+                warning=True,
+            ),
+            _show(
+                cold,
+                "placement",
+                "context_tokens",
+                "median_off_s",
+                "median_on_s",
+                "speedup",
+                "speedup_ci_low",
+                "speedup_ci_high",
+                "n_units",
+            ),
+        ]
+    errors = f.error.filter(pl.col("flagged"))
+    if not errors.is_empty():
+        worst = errors.sort(pl.col("error_share").abs(), descending=True).row(0, named=True)
+        out += [
+            Paragraph(
+                f"Measurement error above {analysis.ERROR_SHARE:.0%} of the median TTFT in "
+                f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
+                f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
+                "and the simulator's own lateness, divided by the time scale, is that large "
+                "a part of what was measured: raise target.sim.time_scale.",
+                warning=True,
+            )
+        ]
     return out
 
 
 def _problems(run: Run, f: Frames) -> list[Element]:
-    found = _correctness_problems(run, f) + _measurement_problems(run, f)
+    found = _trust_problems(f) + _correctness_problems(run, f) + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(
@@ -332,6 +387,34 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Elem
             "paired",
             "n_off",
             "n_on",
+        ),
+    ]
+
+
+def _fidelity(f: Frames) -> list[Element]:
+    """The measurement-error table of a simulated run (nothing for real targets)."""
+    if f.error.is_empty():
+        return []
+    return [
+        Heading("Measurement error (simulated target)"),
+        Paragraph(
+            "Client TTFT minus the simulator's own modeled TTFT, per arm and turn, in "
+            "modeled seconds: the client's and the simulator's lateness divided by the time "
+            f"scale. Cells above {analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
+        ),
+        _show(
+            f.error,
+            "placement",
+            "cache",
+            "context_tokens",
+            "turn",
+            "n",
+            "median_ttft_s",
+            "median_modeled_s",
+            "median_error_s",
+            "p90_error_s",
+            "error_share",
+            "flagged",
         ),
     ]
 
@@ -509,6 +592,7 @@ def build_blocks(
         *_problems(run, frames),
         *_headline(frames, figures, boot),
         *_details(frames, figures),
+        *_fidelity(frames),
         *_overhead(run),
         *_method(run, boot, frames.equivalence.logprob_tol),
         *_identity(run),

@@ -133,6 +133,13 @@ class DesignSpec:
         ("off", "on", "on", "off"), doc="block order for each placement policy"
     )
     warmup_requests: int = spec(2, ge=0, doc="warm-up requests per replica before each block")
+    warmup_tokens: int | None = spec(
+        None,
+        ge=64,
+        le=1_000_000,
+        doc="context tokens of each warm-up (default: two of the target's pool chunks, "
+        "so the shared pool stores and serves something before any measured request)",
+    )
     restart_between_blocks: bool = spec(True, doc="fresh replicas for each block when possible")
 
     def __post_init__(self) -> None:

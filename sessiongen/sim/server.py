@@ -9,8 +9,9 @@ share its pool and run on one event loop). Routes: ``POST /v1/chat/completions``
 
 Each response carries the simulator's own account of the request: ``X-Sim-*`` headers on
 non-streaming responses and a ``sim`` object on the final usage chunk (and on
-non-streaming bodies): local and pool hit tokens, modeled TTFT, and how late the first
-byte was written against its deadline (``late_s``, wall seconds).
+non-streaming bodies): local and pool hit tokens, modeled TTFT and time to the last
+token, and how late the first byte was written against its deadline (``late_s``, wall
+seconds).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class _Generation:
         context = self.job.prompt_tokens + token
         return after + itl_s(self.replica.world.profile, context, self.replica.decoding) * scale
 
-    def extra(self, adm: Admission, first_byte_at: float | None) -> dict[str, Any]:
+    def extra(
+        self, adm: Admission, first_byte_at: float | None, last_token_at: float
+    ) -> dict[str, Any]:
         """The simulator's own account of this request (modeled and wall seconds)."""
         target = adm.first_token_at - adm.arrival
         facts: dict[str, Any] = {
@@ -107,6 +110,7 @@ class _Generation:
             "local_hit_tokens": adm.local_hit,
             "pool_hit_tokens": adm.pool_hit,
             "modeled_ttft_s": adm.modeled_ttft_s,
+            "modeled_e2e_s": (last_token_at - adm.arrival) / adm.time_scale,
             "modeled_queue_s": adm.modeled_queue_s,
             "time_scale": adm.time_scale,
             "own_work_s": self.prepared_at - self.arrival,
@@ -153,19 +157,22 @@ class _Generation:
             first_byte_at = loop.time()
             self.replica.metrics.generation_tokens.inc(len(out.ids))
             with self.replica.decode():
-                await self._decode(resp, out, adm)
+                last = await self._decode(resp, out, adm)
             tail = b""
             if self.job.req.include_usage:
                 chunk = self.responder.usage_chunk(
-                    self.usage(adm, out), self.extra(adm, first_byte_at)
+                    self.usage(adm, out), self.extra(adm, first_byte_at, last)
                 )
                 tail = _sse(chunk)
             await resp.write(tail + b"data: [DONE]\n\n")
             await resp.write_eof()
         return resp
 
-    async def _decode(self, resp: web.StreamResponse, out: Output, adm: Admission) -> None:
-        """Write tokens 1.. at their deadlines; tokens already due go out in one write."""
+    async def _decode(self, resp: web.StreamResponse, out: Output, adm: Admission) -> float:
+        """Write tokens 1.. at their deadlines; tokens already due go out in one write.
+
+        Returns the last token's deadline (loop time).
+        """
         loop = asyncio.get_running_loop()
         count, sent, t = len(out.ids), 1, adm.first_token_at
         while sent < count:
@@ -180,6 +187,7 @@ class _Generation:
             chunks = (_sse(self.responder.token_chunk(out, i, i + 1)) for i in range(sent, due))
             await resp.write(b"".join(chunks))
             sent = due
+        return t
 
     async def whole(self) -> web.Response:
         """Serve as one JSON response after the last token's deadline."""
@@ -192,7 +200,7 @@ class _Generation:
                 for token in range(1, len(out.ids)):
                     t = self.next_deadline(t, token, adm.time_scale)
                 await _sleep_until(t)
-        extra = self.extra(adm, None)
+        extra = self.extra(adm, None, t)
         headers = {
             "X-Sim-Replica": str(self.replica.index),
             "X-Sim-Local-Hit-Tokens": str(adm.local_hit),

@@ -20,6 +20,7 @@ class Target(Protocol):
     time_scale: float  # wall seconds per modeled second (1 for real targets)
     n_replicas: int
     restarts: bool  # True when every block runs on freshly started replicas
+    pool_chunk_tokens: int | None  # the shared pool's chunk size, where the target knows it
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         """The design's blocks this target can run (endpoints: only their own arm)."""

@@ -22,6 +22,7 @@ class EndpointsTarget:
     simulated = False
     time_scale = 1.0
     restarts = False
+    pool_chunk_tokens: int | None = None  # LMCache's is not visible from outside
 
     def __init__(self, urls: list[str], cache: str, model: str) -> None:
         self.urls = [u.rstrip("/") for u in urls]

@@ -31,6 +31,7 @@ class ManagedTarget:
         self.spec = scenario.target.managed
         self.model_name = scenario.model.name
         self.n_replicas = self.spec.replicas
+        self.pool_chunk_tokens: int | None = self.spec.chunk_size
         self._log_dir: Path | None = None
         self._pair: ManagedPair | None = None
         self._blocks: list[dict[str, Any]] = []

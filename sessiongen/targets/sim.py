@@ -29,6 +29,7 @@ class SimTarget:
         self.time_scale = self.profile.time_scale
         self.n_replicas = self.profile.replicas
         self.restarts = scenario.design.restart_between_blocks
+        self.pool_chunk_tokens: int | None = self.profile.pool_chunk_tokens
         self._handle: SimHandle | None = None
         self._urls: list[str] = []
         self._blocks = 0

@@ -402,18 +402,18 @@ class SessionBuilder:
         text = gen.prose(rng, n)
         return text if gen.exact_by_units else gen.fit(text, n, rng)
 
-    def warmup(self, key: str) -> TurnRequest:
-        """A short request of distinct content (nothing shared with any session)."""
+    def warmup(self, key: str, tokens: int = 256) -> TurnRequest:
+        """A request of distinct content (nothing shared with any session), ``tokens`` long."""
         gen = self.generator
         rng = np.random.default_rng(_seed_of(self.scenario.seed, "warmup", key))
-        text = self._exact(marker(self.generator, self.salt, f"warmup-{key}"), 256, rng)
+        text = self._exact(marker(self.generator, self.salt, f"warmup-{key}"), tokens, rng)
         question = self._question(rng, "")
         return TurnRequest(
             session_id=f"warmup-{key}",
             session_index=-1,
             turn=1,
-            context_tokens=256,
-            content_tokens=256 + gen.count(question),
+            context_tokens=tokens,
+            content_tokens=tokens + gen.count(question),
             expected=None,
             segments=(("user", (text, question)),),
         )

@@ -95,8 +95,10 @@ def test_cache_on_makes_cross_replica_turns_faster(
 ) -> None:
     df, _ = smoke
     cross = df.filter(~pl.col("warmup") & pl.col("cross_replica") & (pl.col("turn") == 2))
-    med = cross.group_by("cache").agg(pl.col("ttft_s").median()).sort("cache")
-    off, on = med["ttft_s"].to_list()
+    # What the simulator modeled (the client's measurement adds wall-clock noise, which
+    # bench/sim_fidelity.py measures): the pool halves a 2k cross-replica turn.
+    med = cross.group_by("cache").agg(pl.col("server_ttft_s").median()).sort("cache")
+    off, on = med["server_ttft_s"].to_list()
     assert on < off * 0.7
 
 
@@ -157,3 +159,16 @@ def test_results_are_readable_by_others_under_the_usual_umask(tmp_path: Path) ->
     assert report_md in written and len(written) > 8
     modes = {p.relative_to(out.run_dir).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in written}
     assert set(modes.values()) == {0o644}, modes
+
+
+def test_warmups_exercise_the_pool_path(smoke: tuple[pl.DataFrame, dict[str, Any]]) -> None:
+    df, manifest = smoke
+    chunk = manifest["target"]["profile"]["pool_chunk_tokens"]
+    warm = df.filter(pl.col("warmup"))
+    assert (warm["context_tokens"] >= 2 * chunk).all()  # two whole pool chunks
+    second_hops = warm.filter(pl.col("cross_replica"))
+    on, off = (second_hops.filter(pl.col("cache") == c) for c in ("on", "off"))
+    # With the pool on, every second hop reads whole chunks back from the pool ...
+    assert on.height > 0 and (on["external_hit_tokens"] >= 2 * chunk).all()
+    # ... and with it off there is no pool to read from.
+    assert (off["external_hit_tokens"] == 0).all()

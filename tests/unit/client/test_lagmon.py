@@ -17,6 +17,7 @@ import pytest
 
 from sessiongen.client import driver
 from sessiongen.client.lagmon import LagMonitor
+from sessiongen.replay.runner import lag_matters
 from tests.support.fakeserver import make_app
 
 MS = 1_000_000
@@ -106,3 +107,23 @@ def test_stalls_spent_waiting_for_a_cpu_are_told_apart() -> None:
     assert mon.flagged(0, 10 * MS) and not mon.flagged(0, 10 * MS, preempted_only=True)
     assert mon.flagged(0, 40 * MS, preempted_only=True)  # reaches the second stall
     assert mon.flagged(35 * MS, 40 * MS, preempted_only=True)
+
+
+def test_overlap_counts_only_the_lag_inside_a_span() -> None:
+    mon = LagMonitor(interval_s=0.005, threshold_s=0.001, warn=False)
+    mon.record(0, 25 * MS)  # a 20 ms stall: [5, 25] ms
+    mon.record(40 * MS, 48 * MS)  # a 3 ms stall: [45, 48] ms
+    assert mon.overlap_ns(0, 100 * MS) == 23 * MS
+    assert mon.overlap_ns(10 * MS, 46 * MS) == 15 * MS + 1 * MS
+    assert mon.overlap_ns(26 * MS, 44 * MS) == 0
+
+
+def test_a_request_is_flagged_only_when_the_lag_matters_to_its_ttft() -> None:
+    mon = LagMonitor(interval_s=0.005, threshold_s=0.001, warn=False)
+    mon.record(0, 10 * MS)  # a 5 ms stall: [5, 10] ms
+    slow = driver.Result(send_ns=0, chunk_ns=[3000 * MS])  # a 3 s cold prefill
+    fast = driver.Result(send_ns=0, chunk_ns=[40 * MS])  # a 40 ms simulated local hit
+    assert not lag_matters(mon, slow)  # 5 ms of 3 s
+    assert lag_matters(mon, fast)  # 5 ms of 40 ms
+    after = driver.Result(send_ns=11 * MS, chunk_ns=[40 * MS])
+    assert not lag_matters(mon, after)

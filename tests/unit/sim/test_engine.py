@@ -208,24 +208,28 @@ async def test_running_and_waiting_gauges(sim_servers: SimServers) -> None:
 
 
 async def decode_span(server: TestServer, start: int, tokens: int) -> float:
-    """Client-side wall seconds from the first to the last content chunk."""
+    """The simulator's modeled seconds from the first to the last token of a request."""
     body = {
         "model": MODEL,
         "prompt": list(range(start, start + 1000)),
         "max_tokens": tokens,
         "ignore_eos": True,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
-    stamps = []
+    facts: dict[str, Any] = {}
+    chunks = 0
     async with (
         aiohttp.ClientSession() as session,
         session.post(server.make_url("/v1/completions"), json=body) as resp,
     ):
         async for line in resp.content:
             if line.startswith(b'data: {"id"'):
-                stamps.append(asyncio.get_running_loop().time())
-    assert len(stamps) == tokens
-    return stamps[-1] - stamps[0]
+                obj = orjson.loads(line[6:])
+                chunks += bool(obj["choices"])
+                facts = obj.get("sim", facts)
+    assert chunks == tokens
+    return float(facts["modeled_e2e_s"] - facts["modeled_ttft_s"])
 
 
 async def test_decode_pace_follows_itl_and_slows_with_batch(sim_servers: SimServers) -> None:
@@ -239,7 +243,7 @@ async def test_decode_pace_follows_itl_and_slows_with_batch(sim_servers: SimServ
     )
     a, _ = await sim_servers(profile)
     alone = await decode_span(a, 0, 21)
-    assert alone == pytest.approx(20 * 0.005, rel=0.15)
+    assert alone == pytest.approx(20 * 0.005, rel=1e-9)  # modeled: exactly 20 ITLs
     together = await asyncio.gather(decode_span(a, 10**5, 21), decode_span(a, 2 * 10**5, 21))
     # While both decode, each step takes 0.010 s instead of 0.005 s.
     assert max(together) > 1.5 * alone
@@ -248,7 +252,8 @@ async def test_decode_pace_follows_itl_and_slows_with_batch(sim_servers: SimServ
 async def test_pool_serves_a_prefix_only_once_its_prefill_has_ended(
     sim_servers: SimServers,
 ) -> None:
-    a, b, c = await sim_servers(SimProfile(time_scale=0.02, replicas=3))  # 32k: ~0.1 s wall
+    # 32k prefill: 0.5 s wall, ample time to admit the second request while it runs.
+    a, b, c = await sim_servers(SimProfile(time_scale=0.1, replicas=3))
     context = list(range(32_000))
     first = asyncio.create_task(complete(a, context))
     while sample(await scrape(a), "vllm:num_requests_running") < 1:

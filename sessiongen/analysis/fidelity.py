@@ -1,0 +1,93 @@
+"""Whether a run's measurements can be read as the cache's effect.
+
+- **Measurement error** (simulated runs): how far the client's TTFT strays from what
+  the simulator modeled;
+- **cold-turn asymmetry**: whether the arms differ where the cache cannot help.
+
+The simulated replicas report each request's modeled TTFT (``server_ttft_s``, stored
+times the time scale like every duration, so modeled seconds after loading). The client
+measures TTFT itself (``ttft_s``). Their difference is the **measurement error**: the
+client's own overhead, loopback, and the simulator's lateness against its deadline, all
+multiplied by 1 / time scale. It is reported per arm and turn, in modeled seconds and
+as a share of the cell's median TTFT; a cell whose median error exceeds
+:data:`ERROR_SHARE` (2%) is flagged, because then differences between arms of that
+size could be the clock, not the cache. The remedy is a larger time scale.
+
+Real servers report no TTFT of their own (``server_ttft_s`` is null): nothing to show.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from sessiongen.analysis.latency import speedup_table
+from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.records.format import CELL_KEYS
+from sessiongen.records.run import Run
+
+#: A cell is flagged when its median measurement error exceeds this share of its median TTFT.
+ERROR_SHARE = 0.02
+
+
+def measurement_error(run: Run) -> pl.DataFrame:
+    """Per arm and turn: median TTFT, the modeled median, the error's median and p90, its
+    share of the median TTFT, and ``flagged`` (share above :data:`ERROR_SHARE`)."""
+    rows = run.ok.filter(pl.col("server_ttft_s").is_not_null())
+    error = pl.col("ttft_s") - pl.col("server_ttft_s")
+    return (
+        rows.group_by(list(CELL_KEYS))
+        .agg(
+            n=pl.len(),
+            median_ttft_s=pl.col("ttft_s").median(),
+            median_modeled_s=pl.col("server_ttft_s").median(),
+            median_error_s=error.median(),
+            p90_error_s=error.quantile(0.9, interpolation="higher"),
+        )
+        .with_columns(error_share=pl.col("median_error_s") / pl.col("median_ttft_s"))
+        .with_columns(flagged=pl.col("error_share").abs() > ERROR_SHARE)
+        .sort(list(CELL_KEYS))
+    )
+
+
+#: Cold first turns of the two arms may differ by this much before it is called out.
+COLD_TOLERANCE = 0.05
+
+
+def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
+    """Cold first turns, OFF against ON, per placement and context size.
+
+    Nothing is cached on a first turn in either arm, so the arms should take the same
+    time there. The ratio median TTFT(OFF) / median TTFT(ON) of turn 1 comes with the
+    speedup's interval (paired by session where the arms replay the same sessions); a
+    pair of arms is ``flagged`` when the interval excludes 1 and the ratio is more than
+    :data:`COLD_TOLERANCE` from 1. Then the arms differ beyond the cache (their
+    processes, CPU contention, start-up work), and no speedup of the run can be read as
+    the cache's alone.
+    """
+    first = speedup_table(run.filter(pl.col("turn") == 1), boot=boot).drop("turn")
+    ratio = pl.col("speedup")
+    outside = (pl.col("speedup_ci_low") > 1.0) | (pl.col("speedup_ci_high") < 1.0)
+    return first.with_columns(
+        flagged=(outside & ((ratio - 1.0).abs() > COLD_TOLERANCE)).fill_null(False)
+    )
+
+
+def trust_warnings(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[str]:
+    """One line per reason the run's speedups cannot be read as the cache's effect."""
+    out = []
+    cold = cold_turn_asymmetry(run, boot=boot).filter(pl.col("flagged"))
+    for row in cold.iter_rows(named=True):
+        out.append(
+            f"warning: arms differ beyond the cache: cold first turns ({row['placement']}, "
+            f"context {row['context_tokens']}) OFF/ON {row['speedup']:.2f}x "
+            f"[{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]; no speedup of "
+            "this run can be read as the cache's alone"
+        )
+    errors = measurement_error(run).filter(pl.col("flagged"))
+    if not errors.is_empty():
+        worst = float(errors.select(pl.col("error_share").abs().max()).item())
+        out.append(
+            f"warning: measurement error above {ERROR_SHARE:.0%} of the median TTFT in "
+            f"{errors.height} cells (worst {worst:.1%}); raise target.sim.time_scale"
+        )
+    return out

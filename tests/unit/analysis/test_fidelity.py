@@ -1,0 +1,54 @@
+"""Whether a run can be read as the cache's effect: measurement error, cold-turn asymmetry."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+
+from sessiongen import analysis
+from sessiongen.records.run import Run
+from tests.support.synthetic import SyntheticSpec, write_run
+
+SPEC = SyntheticSpec(placements=("alternate",), sessions=8, turns=3, noise_sigma=0.02)
+
+
+def with_requests(run: Run, **columns: pl.Expr) -> Run:
+    return dataclasses.replace(run, requests=run.requests.with_columns(**columns))
+
+
+def test_measurement_error_is_client_minus_modeled_and_flagged_past_two_percent(
+    tmp_path: Path,
+) -> None:
+    run = analysis.load_run(write_run(tmp_path, SPEC))
+    assert analysis.measurement_error(run).is_empty()  # a real server reports no TTFT
+    late = pl.when(pl.col("turn") == 3).then(0.95).otherwise(0.995)  # turn 3: 5% late
+    run = with_requests(run, server_ttft_s=pl.col("ttft_s") * late)
+    table = analysis.measurement_error(run)
+    assert table.height == 2 * 3  # off/on x three turns
+    flagged = table.filter(pl.col("flagged"))
+    assert sorted(set(flagged["turn"].to_list())) == [3]
+    share = flagged["error_share"].to_list()
+    assert all(0.045 < s < 0.055 for s in share)
+    assert any("measurement error" in w for w in analysis.trust_warnings(run))
+
+
+def test_cold_turns_alike_are_not_flagged_and_unlike_ones_are(tmp_path: Path) -> None:
+    run = analysis.load_run(write_run(tmp_path, SPEC))
+    assert not analysis.cold_turn_asymmetry(run)["flagged"].any()
+    assert analysis.trust_warnings(run) == []
+    # The OFF arm's processes are 1.6x slower on cold first turns (the real CPU pair).
+    slower = pl.when((pl.col("cache") == "off") & (pl.col("turn") == 1))
+    run = with_requests(run, ttft_s=slower.then(pl.col("ttft_s") * 1.6).otherwise("ttft_s"))
+    table = analysis.cold_turn_asymmetry(run)
+    assert table["flagged"].to_list() == [True]
+    assert 1.5 < table["speedup"][0] < 1.7
+    assert any("arms differ beyond the cache" in w for w in analysis.trust_warnings(run))
+
+
+def test_a_small_cold_difference_within_tolerance_is_not_flagged(tmp_path: Path) -> None:
+    run = analysis.load_run(write_run(tmp_path, SPEC))
+    slower = pl.when((pl.col("cache") == "off") & (pl.col("turn") == 1))
+    run = with_requests(run, ttft_s=slower.then(pl.col("ttft_s") * 1.03).otherwise("ttft_s"))
+    assert not analysis.cold_turn_asymmetry(run)["flagged"].any()
