@@ -10,6 +10,7 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -447,5 +448,20 @@ def calibrate_cmd(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point for the console script and ``python -m sessiongen``."""
-    cli.main(args=argv, prog_name="sessiongen")
+    """Entry point for the console script and ``python -m sessiongen``.
+
+    Usage errors (a missing argument, a path that is a file where a folder is wanted)
+    print as one line naming the option, like every other user error, exit status 2.
+    """
+    try:
+        cli.main(args=argv, prog_name="sessiongen", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        click.echo(f"sessiongen: error: {exc.format_message()}{where}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

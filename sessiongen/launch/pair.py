@@ -26,6 +26,7 @@ from typing import Any
 
 from sessiongen.errors import EndpointError
 from sessiongen.infra import files, net, procs
+from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
@@ -95,7 +96,7 @@ class ManagedPair:
         commands.require_stack(self.cache_on)
         deadline = time.monotonic() + self.spec.startup_timeout_s
         ports = self._choose_ports()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.log_dir)
         _LIVE_PAIRS.add(self)
         try:
             model_arg, dummy = commands.resolve_model(self.spec.model, self._tiny_model_dir)

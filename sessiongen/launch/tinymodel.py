@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import MissingDependencyError
-from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.workload.tokenize import TiktokenTokenizer
 
 BUILTIN_TINY = "builtin:tiny"
@@ -156,7 +156,7 @@ def build_tiny_model(dest: Path) -> Path:
         "tokenizer.json": _tokenizer_json(cl100k_bpe_file()),
         WEIGHTS_NAME: _weights_file(),
     }
-    dest.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest)
     for name, data in files.items():
         atomic_write_bytes(dest / name, data)
     stamp = {"recipe": recipe, "files": {name: _sha256(data) for name, data in files.items()}}

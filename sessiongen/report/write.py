@@ -33,7 +33,7 @@ from sessiongen import analysis
 from sessiongen.analysis.checks import WORST_ROW_COLUMNS, Equivalence
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
-from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
 from sessiongen.report.document import (
@@ -612,7 +612,7 @@ def write_report(
     """
     run = load_run(run_dir)
     out = run.path / "report"
-    out.mkdir(exist_ok=True)
+    ensure_dir(out)
     frames = Frames.compute(run, boot, logprob_tol)
     figures = plots.write_figures(
         run, out, speedups=frames.speedup, arm_table=frames.arm, attribution=frames.attribution

@@ -78,10 +78,14 @@ class SessionsSpec:
     count: int = spec(4, ge=1, le=100_000, doc="sessions per arm (per context size)")
     turns: int = spec(6, ge=1, le=1000, doc="turns per session")
     initial_context_tokens: tuple[int, ...] = spec(
-        (32768,), ge=16, one_or_many=True, doc="context block size(s) of turn 1, tokens"
+        (32768,),
+        ge=16,
+        le=10_000_000,
+        one_or_many=True,
+        doc="context block size(s) of turn 1, tokens",
     )
-    question_tokens: int = spec(55, ge=8, doc="tokens per user question")
-    answer_tokens: int = spec(1000, ge=1, doc="tokens per frozen assistant answer")
+    question_tokens: int = spec(55, ge=8, le=1_000_000, doc="tokens per user question")
+    answer_tokens: int = spec(1000, ge=1, le=1_000_000, doc="tokens per frozen assistant answer")
     output_tokens: int | None = spec(
         None, ge=1, doc="max_tokens per request (default: answer_tokens)"
     )
@@ -93,7 +97,7 @@ class SessionsSpec:
     think_time_s: float = spec(0.0, ge=0, doc="pause between turns, modeled seconds")
     probe: Literal["none", "needle", "equivalence"] = spec("none", doc="correctness probe")
     shared_prefix_tokens: int = spec(
-        0, ge=0, doc="tokens of a system prompt shared by all sessions (0: none)"
+        0, ge=0, le=10_000_000, doc="tokens of a system prompt shared by all sessions (0: none)"
     )
 
     @property

@@ -25,6 +25,7 @@ import polars as pl
 
 from sessiongen.analysis import load_run, run_summary
 from sessiongen.errors import RunDirError, UserError
+from sessiongen.infra.files import ensure_dir
 from sessiongen.records import io
 from sessiongen.records.format import RunMeta
 from sessiongen.records.io import atomic_write_parquet
@@ -122,7 +123,7 @@ def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity)
     path = folder / f"{identity.run_id}.parquet"
     if path.exists():
         return None
-    folder.mkdir(parents=True, exist_ok=True)
+    ensure_dir(folder)
     ident = {
         "store_version": STORE_VERSION,
         "run_id": identity.run_id,
@@ -173,5 +174,21 @@ def load_store(store: str | Path, folders: Collection[str] | None = None) -> pl.
     if not files:
         which = f" for {', '.join(sorted(folders))}" if folders else ""
         raise UserError(f"{root}: no runs in the trend store{which} (add some with trend add)")
-    frames = [pl.read_parquet(f).with_columns(folder=pl.lit(f.parent.name)) for f in files]
+    frames = [_read_summary(f).with_columns(folder=pl.lit(f.parent.name)) for f in files]
     return pl.concat(frames, how="diagonal_relaxed")
+
+
+#: Columns a stored summary must have for the check to read it.
+REQUIRED_COLUMNS = ("run_id", "started_at", "night", "target_kind", "versions", "placement")
+
+
+def _read_summary(path: Path) -> pl.DataFrame:
+    """One stored run; a one-line :class:`RunDirError` naming the file when it is broken."""
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise RunDirError(f"{path}: unreadable: {str(exc).splitlines()[0][:160]}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RunDirError(f"{path}: not a trend-store file (missing {', '.join(missing)})")
+    return frame

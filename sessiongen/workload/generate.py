@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from sessiongen.errors import ScenarioError
-from sessiongen.infra.files import atomic_write_bytes
+from sessiongen.infra.files import atomic_write, ensure_dir
 from sessiongen.scenario.spec import Scenario
 from sessiongen.workload.sessions import SessionBuilder
 from sessiongen.workload.textgen import generator_for
@@ -30,21 +30,25 @@ def write_jsonl(
         )
     gen = generator_for(scenario.model.tokenizer, server_url=server_url, model=scenario.model.name)
     builder = SessionBuilder(scenario, salt, gen)
-    lines: list[bytes] = []
-    tokens = 0
     sessions = builder.sessions()
-    for session in sessions:
-        for req in session.requests():
-            tokens += req.content_tokens
-            row = {
-                "session_id": req.session_id,
-                "turn": req.turn,
-                "context_tokens": req.context_tokens,
-                "content_tokens": req.content_tokens,
-                "expected": req.expected,
-                "body": req.body(scenario),
-            }
-            lines.append(orjson.dumps(row))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, b"\n".join(lines) + b"\n")
-    return {"requests": len(lines), "sessions": len(sessions), "content_tokens": tokens}
+    counts = {"requests": 0, "sessions": len(sessions), "content_tokens": 0}
+
+    def write(fh: IO[bytes]) -> None:
+        # Session by session, line by line: the file may be far larger than memory.
+        for session in sessions:
+            for req in session.requests():
+                counts["requests"] += 1
+                counts["content_tokens"] += req.content_tokens
+                row = {
+                    "session_id": req.session_id,
+                    "turn": req.turn,
+                    "context_tokens": req.context_tokens,
+                    "content_tokens": req.content_tokens,
+                    "expected": req.expected,
+                    "body": req.body(scenario),
+                }
+                fh.write(orjson.dumps(row) + b"\n")
+            session.forget()
+
+    atomic_write(ensure_dir(path.parent) / path.name, write)
+    return counts

@@ -22,6 +22,7 @@ request.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,10 @@ class Session:
             self._parts = self.builder.build_parts(self)
         return self._parts
 
+    def forget(self) -> None:
+        """Drop the built texts (they are rebuilt, identical, on next use)."""
+        self._parts = {}
+
     def request(self, turn: int, answers: Sequence[str] | None = None) -> TurnRequest:
         """Turn ``turn`` (1-based). In live mode ``answers`` are the real answers so far."""
         if not 1 <= turn <= self.turns:
@@ -299,6 +304,27 @@ class SessionBuilder:
                     "sessions.initial_context_tokens",
                     f"expected >= {head + needles + 4} tokens for {spec.turns} turns, got {n}",
                 )
+        need, have = self.text_bytes(), physical_memory()
+        if have and need > have // 2:
+            raise ScenarioError(
+                src,
+                "sessions.initial_context_tokens",
+                f"the sessions' texts would take about {need / 2**30:.1f} GiB, more than half "
+                f"of this machine's {have / 2**30:.1f} GiB; lower sessions.count or the "
+                "context sizes",
+            )
+
+    def text_bytes(self) -> int:
+        """About how much memory the texts of all sessions take while a block runs.
+
+        Each token is about 4.4 bytes of escaped JSON in English prose (cl100k), kept
+        once per session; building one costs about 40 bytes a token for a moment.
+        """
+        spec = self.scenario.sessions
+        per_turn = spec.question_tokens + spec.answer_tokens
+        per_session = [n + spec.turns * per_turn for n in spec.initial_context_tokens]
+        kept = int(4.4 * spec.count * sum(per_session))
+        return kept + 40 * max(per_session)
 
     def _question_floor(self) -> int:
         probe = (
@@ -417,6 +443,14 @@ class SessionBuilder:
             expected=None,
             segments=(("user", (text, question)),),
         )
+
+
+def physical_memory() -> int:
+    """This machine's RAM in bytes (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def _label(n: int) -> str:

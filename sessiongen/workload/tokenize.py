@@ -104,7 +104,10 @@ class HFTokenizer:
         if not path.is_file():
             raise ScenarioError(str(path), "", "tokenizer file not found")
         self._path = path
-        self._tok = _HF.from_file(str(path))
+        try:
+            self._tok = _HF.from_file(str(path))
+        except Exception as exc:  # the tokenizers package raises plain Exception
+            raise ScenarioError(str(path), "", f"not a tokenizer.json: {exc}") from None
         self._sha = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
     @property
