@@ -18,9 +18,11 @@ Format history
   manifests with ``target.simulated`` (older ones only with ``target.kind == "sim"``)
   and the sim profile under ``target.profile`` (older: ``target.sim``).
 - ``schema_version`` 2: adds ``prompt_digest`` (answers are compared only between
-  requests with the same prompt) and ``server_ttft_s`` (the simulator's own modeled
-  TTFT, so the measurement error of a simulated run is known). Readers fill the columns
-  a version lacks with nulls.
+  requests with the same prompt), ``server_ttft_s`` (the simulator's own modeled TTFT,
+  so the measurement error of a simulated run is known), the load columns
+  ``load_level``, ``arrival_s``, ``think_s``, and ``hit_source``; counter records get
+  ``t_s`` and the moment ``during`` (a scrape every second while a block runs). Readers
+  fill the columns a version lacks with nulls.
 """
 
 from __future__ import annotations
@@ -95,6 +97,18 @@ class RequestRecord:
     server_ttft_s: float | None = column(
         pl.Float64(), "the server's own TTFT for the request (simulator: modeled x time scale)"
     )
+    load_level: float | None = column(
+        pl.Float64(), "the block's load level: concurrency (closed) or start rate (open)"
+    )
+    arrival_s: float | None = column(
+        pl.Float64(), "the session's scheduled start, seconds from the block's start"
+    )
+    think_s: float | None = column(pl.Float64(), "the pause before this turn")
+    hit_source: str | None = column(
+        pl.String(),
+        "where local/external hit tokens come from: counters (exact, no overlap) | "
+        "server (its per-request account) | null (unknown: cached_tokens only)",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +123,7 @@ class CounterRecord:
     moment: str = key(pl.String(), "before | after")
     metric: str = key(pl.String(), "Prometheus counter name")
     value: float = key(pl.Float64(), "its value (summed over labels)")
+    t_s: float | None = column(pl.Float64(), "when it was read, seconds since the run's start")
 
 
 def schema_of(cls: type[Any]) -> dict[str, pl.DataType]:

@@ -1,12 +1,14 @@
 """Replay: run a scenario's sessions against a target, block by block, and record it all.
 
-For each placement policy, the design's blocks run in order (default OFF, ON, ON, OFF),
-each on freshly started replicas when the target allows it, each preceded by warm-up
-requests of distinct content (recorded, flagged ``warmup``, excluded from results).
-Sessions run concurrently up to ``driver.concurrency``; a session's turns run strictly
-in order. Every request becomes a record of ``requests.parquet`` as it completes; each
-replica's counters are read before and after every block (and around every request
-when concurrency is 1, which makes per-request hit attribution exact).
+For each placement policy and load level, the design's blocks run in order (default
+OFF, ON, ON, OFF), each on freshly started replicas when the target allows it, each
+preceded by warm-up requests of distinct content (recorded, flagged ``warmup``,
+excluded from results). Sessions run under the block's load (closed loop up to its
+concurrency, or open loop on a seeded arrival schedule); a session's turns run
+strictly in order, with its think times between them. Every request becomes a record
+of ``requests.parquet`` as it completes; each replica's counters are read before and
+after every block, every second while it runs, and around every request when one
+session runs at a time (which makes per-request hit attribution exact).
 
 A failed request stops its session (later prompts would build on a missing answer);
 the run carries on. Ctrl-C stops cleanly and keeps everything measured so far.
@@ -37,7 +39,7 @@ from sessiongen.records.format import (
     merge_facts,
 )
 from sessiongen.replay import runner, workers
-from sessiongen.replay.plan import BlockPlan, plan_blocks
+from sessiongen.replay.plan import BlockPlan, load_levels, plan_blocks
 from sessiongen.replay.progress import BlockProgress
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets import Target, make_target
@@ -74,6 +76,10 @@ class ReplayResult:
     def failure_summary(self) -> str:
         parts = ", ".join(f"{n} {status}" for status, n in self.failures.most_common())
         return f"{self.failed} of {self.requests} requests failed ({parts}); see {self.run_dir}"
+
+
+#: Wall seconds between counter scrapes while a block runs.
+SCRAPE_EVERY_S = 1.0
 
 
 class _Recorder:
@@ -208,7 +214,7 @@ class _Replay:
         try:
             urls = await self.target.open_block(plan.cache)
             for url in urls:  # no measured request pays for connection setup
-                await client.prewarm(url, self.scenario.driver.concurrency)
+                await client.prewarm(url, min(self._in_flight(plan), 256))
         except EndpointError as exc:
             # Replicas that cannot start fail this block only; the next one starts afresh.
             entry["status"], entry["error"], entry["ended_at"] = "failed", str(exc), io.now_iso()
@@ -234,17 +240,21 @@ class _Replay:
             await self.warmup(ctx, salt)
             self._progress = BlockProgress(
                 len(sessions) * self.scenario.sessions.turns,
-                f"[{plan.block + 1}] {plan.placement} cache={plan.cache}",
+                f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
                 simulated=self.target.simulated,
             )
-            if self.opts.workers > 1:
-                entry["workers"] = await workers.run_in_workers(
-                    ctx, salt, [s.index for s in sessions], self.opts.workers, self.on_record
-                )
-            else:
-                await runner.run_sessions(ctx, sessions, self.scenario.driver.concurrency)
+            scraper = asyncio.create_task(self.scrape(ctx))
+            try:
+                if self.opts.workers > 1:
+                    entry["workers"] = await workers.run_in_workers(
+                        ctx, salt, [s.index for s in sessions], self.opts.workers, self.on_record
+                    )
+                else:
+                    await runner.run_sessions(ctx, sessions)
+            finally:
+                scraper.cancel()
             self._progress.close()
             await self.snapshot_all(ctx, "after")
             errors = self._progress.errors
@@ -254,10 +264,28 @@ class _Replay:
             merge_facts(entry, await self.target.close_block())
             await self.recorder.flush()
 
+    def _level_text(self, plan: BlockPlan) -> str:
+        if len(load_levels(self.scenario)) == 1:
+            return ""
+        what = "concurrency" if self.scenario.load.arrival == "closed" else "rate"
+        return f" {what}={plan.level:g}"
+
+    async def scrape(self, ctx: runner.BlockContext, every_s: float = SCRAPE_EVERY_S) -> None:
+        """Every replica's counters every ``every_s`` wall seconds while the block runs.
+
+        Under load, requests to a replica overlap and counters read around one request
+        are not its own; the series over time (moment ``during``) still shows how hits
+        and queues evolve, and per-request hits come from the server where it says them.
+        """
+        while True:
+            await asyncio.sleep(every_s)
+            await self.snapshot_all(ctx, "during")
+
     async def snapshot_all(self, ctx: runner.BlockContext, moment: str) -> None:
         """Every replica's counters, kept as counter records."""
         http = ctx.client.http
         snaps = await asyncio.gather(*(counters.snapshot(http, u) for u in ctx.urls))
+        t_s = (time.perf_counter_ns() - self.t0) / 1e9
         plan = ctx.plan
         for replica, snap in enumerate(snaps):
             for name, value in (snap or {}).items():
@@ -271,8 +299,16 @@ class _Replay:
                         moment=moment,
                         metric=name,
                         value=value,
+                        t_s=t_s,
                     )
                 )
+
+    def _in_flight(self, plan: BlockPlan) -> int:
+        """Sessions in flight at most in a block (connections worth opening ahead)."""
+        sessions = self.scenario.sessions
+        total = sessions.count * len(sessions.initial_context_tokens)
+        cap = int(plan.level) if self.scenario.load.arrival == "closed" else total
+        return max(1, min(cap, total))
 
     def warmup_tokens(self) -> int:
         """Context length of each warm-up: ``design.warmup_tokens``, else two of the

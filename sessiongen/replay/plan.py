@@ -10,24 +10,34 @@ from sessiongen.scenario.spec import Scenario
 
 @dataclass(frozen=True)
 class BlockPlan:
-    """One block of a replay: its place in the run, its placement and its cache arm."""
+    """One block of a replay: its place in the run, placement, load level and cache arm."""
 
     block: int  # index in execution order, 0-based, across placements
     placement: str
     cache: str  # off | on
-    block_in_placement: int  # 0..len(design.blocks)-1 within its placement
+    block_in_placement: int  # 0..len(design.blocks)-1 within its placement and level
+    level: float = 1.0  # concurrency (closed loop) or session start rate (open loop)
+
+
+def load_levels(scenario: Scenario) -> tuple[float, ...]:
+    """The load levels a replay sweeps: ``load.levels``, else ``driver.concurrency``."""
+    return scenario.load.levels or (float(scenario.driver.concurrency),)
 
 
 def plan_blocks(scenario: Scenario, runnable: list[str]) -> list[BlockPlan]:
-    """Every placement's blocks in order, keeping those the target can run (``runnable``:
-    the design's blocks as filtered by the target); a :class:`ScenarioError` if none."""
+    """Per placement, per load level, the design's blocks in order, keeping those the
+    target can run (``runnable``: the design's blocks as filtered by the target); a
+    :class:`ScenarioError` if none can."""
     plan = [
-        BlockPlan(0, policy, cache, i)
+        (policy, level, cache, i)
         for policy in scenario.placement.policies
+        for level in load_levels(scenario)
         for i, cache in enumerate(runnable)
     ]
     if not plan:
         raise ScenarioError(
             scenario.source, "design.blocks", "no block can run on this target's cache arm"
         )
-    return [BlockPlan(n, p.placement, p.cache, p.block_in_placement) for n, p in enumerate(plan)]
+    return [
+        BlockPlan(n, policy, cache, i, level) for n, (policy, level, cache, i) in enumerate(plan)
+    ]

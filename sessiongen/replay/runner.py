@@ -17,6 +17,7 @@ from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
 from sessiongen.records.format import RequestRecord
+from sessiongen.replay.arrivals import arrival_offsets, think_times
 from sessiongen.replay.placement import replica_for
 from sessiongen.replay.plan import BlockPlan
 from sessiongen.scenario.spec import Scenario
@@ -46,8 +47,15 @@ class BlockContext:
 
     @property
     def exact_counters(self) -> bool:
-        """Counters around each request are exact only when requests never overlap."""
-        return self.scenario.driver.concurrency == 1
+        """Counters around each request are exact only when requests never overlap: one
+        session at a time (closed loop at level 1)."""
+        return self.scenario.load.arrival == "closed" and self.plan.level == 1
+
+    @property
+    def concurrency(self) -> int:
+        """Sessions in flight at most: the closed loop's level, or the open loop's cap."""
+        load = self.scenario.load
+        return int(self.plan.level) if load.arrival == "closed" else load.max_in_flight
 
 
 def record_of(
@@ -61,9 +69,19 @@ def record_of(
     queue_s: float,
     before: counters.Snapshot | None = None,
     after: counters.Snapshot | None = None,
+    arrival_s: float | None = None,
+    think_s: float | None = None,
 ) -> RequestRecord:
-    """The record of one finished request: where it went, what it asked, what was measured."""
+    """The record of one finished request: where it went, what it asked, what was measured.
+
+    Hit tokens come from the replica's counters read around the request when nothing
+    overlapped it (``hit_source`` ``counters``, exact), else from the server's own
+    account of the request where it gives one (the simulator's ``sim`` object:
+    ``server``), else they are unknown (``cached_tokens`` from usage still says how many
+    prompt tokens hit some cache).
+    """
     plan = ctx.plan
+    local, external, source = _hits(res, before, after)
     return RequestRecord(
         run_id=ctx.run_id,
         block=plan.block,
@@ -92,8 +110,8 @@ def record_of(
         status=res.status,
         http_status=res.http_status,
         error=res.error,
-        local_hit_tokens=counters.delta(before, after, counters.LOCAL_HITS),
-        external_hit_tokens=counters.delta(before, after, counters.EXTERNAL_HITS),
+        local_hit_tokens=local,
+        external_hit_tokens=external,
         expected=req.expected,
         answer_correct=grade(req.expected, res.text) if res.ok else None,
         output_digest=res.output_digest(),
@@ -102,7 +120,26 @@ def record_of(
         loop_lag_flag=lag_matters(ctx.lag, res),
         prompt_digest=req.prompt_digest(),
         server_ttft_s=_server_ttft_s(res),
+        load_level=plan.level,
+        arrival_s=arrival_s,
+        think_s=think_s,
+        hit_source=source,
     )
+
+
+def _hits(
+    res: Result, before: counters.Snapshot | None, after: counters.Snapshot | None
+) -> tuple[int | None, int | None, str | None]:
+    """(local hit tokens, external hit tokens, where they come from)."""
+    local = counters.delta(before, after, counters.LOCAL_HITS)
+    external = counters.delta(before, after, counters.EXTERNAL_HITS)
+    if local is not None or external is not None:
+        return local, external, "counters"
+    sim = res.server_facts("sim")
+    sim_local, sim_pool = sim.get("local_hit_tokens"), sim.get("pool_hit_tokens")
+    if isinstance(sim_local, int) and isinstance(sim_pool, int):
+        return sim_local, sim_pool, "server"
+    return None, None, None
 
 
 #: A request is flagged when event-loop lag inside its span exceeds this share of its TTFT.
@@ -147,18 +184,33 @@ async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result
     )
 
 
-async def run_session(ctx: BlockContext, session: Session, sem: asyncio.Semaphore) -> None:
+async def run_session(
+    ctx: BlockContext,
+    session: Session,
+    sem: asyncio.Semaphore,
+    start_ns: int,
+    offset_s: float | None,
+) -> None:
     """All turns of one session, strictly in order; stops at the first failed turn.
 
-    The time the session waited for a concurrency slot is its first turn's ``queue_s``.
+    ``offset_s`` (open loop) is the session's scheduled start, modeled seconds after
+    ``start_ns``; closed-loop sessions start at once and wait for a concurrency slot.
+    Either way the wait for a slot is the first turn's ``queue_s``. Before each later
+    turn the session pauses its think time (:func:`~.arrivals.think_times`).
     """
     sc = ctx.scenario
+    scale = ctx.time_scale
+    if offset_s is not None:
+        await _sleep_until(start_ns + int(offset_s * scale * 1e9))
     arrival = time.perf_counter_ns()
+    pauses = think_times(sc.sessions, session.index, sc.seed)
     async with sem:
         queue_s = (time.perf_counter_ns() - arrival) / 1e9
         answers: list[str] = []
         prev: int | None = None
         for turn in range(1, session.turns + 1):
+            if pauses[turn - 1]:
+                await asyncio.sleep(pauses[turn - 1] * scale)
             replica = replica_for(ctx.plan.placement, session.index, turn, len(ctx.urls), sc.seed)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
             url = ctx.urls[replica]
@@ -178,6 +230,8 @@ async def run_session(ctx: BlockContext, session: Session, sem: asyncio.Semaphor
                     queue_s=queue_s,
                     before=before,
                     after=after,
+                    arrival_s=None if offset_s is None else offset_s * scale,
+                    think_s=pauses[turn - 1] * scale,
                 )
             )
             queue_s = 0.0
@@ -185,11 +239,31 @@ async def run_session(ctx: BlockContext, session: Session, sem: asyncio.Semaphor
                 return
             answers.append(res.text)
             prev = replica
-            if sc.sessions.think_time_s and turn < session.turns:
-                await asyncio.sleep(sc.sessions.think_time_s * ctx.time_scale)
 
 
-async def run_sessions(ctx: BlockContext, sessions: list[Session], concurrency: int) -> None:
-    """Sessions concurrently, at most ``concurrency`` in flight."""
-    sem = asyncio.Semaphore(concurrency)
-    await asyncio.gather(*(run_session(ctx, s, sem) for s in sessions))
+async def _sleep_until(deadline_ns: int) -> None:
+    delay = (deadline_ns - time.perf_counter_ns()) / 1e9
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def run_sessions(
+    ctx: BlockContext, sessions: list[Session], concurrency: int | None = None
+) -> None:
+    """A block's sessions under its load: closed loop (at most ``concurrency``, by default
+    the level, in flight) or open loop (each session starting on its schedule,
+    :func:`~.arrivals.arrival_offsets`, indexed by the session's place in the scenario so
+    a worker process running some of them keeps their times)."""
+    sc = ctx.scenario
+    sem = asyncio.Semaphore(concurrency or ctx.concurrency)
+    total = sc.sessions.count * len(sc.sessions.initial_context_tokens)
+    offsets: list[float] | None = None
+    if sc.load.arrival != "closed":
+        offsets = arrival_offsets(sc.load, ctx.plan.level, total, sc.seed)
+    start_ns = time.perf_counter_ns()
+    await asyncio.gather(
+        *(
+            run_session(ctx, s, sem, start_ns, None if offsets is None else offsets[s.index])
+            for s in sessions
+        )
+    )

@@ -119,7 +119,7 @@ async def run_in_workers(
     mpctx = mp.get_context("spawn")
     out = mpctx.Queue()
     go = mpctx.Event()
-    shares = split_concurrency(ctx.scenario.driver.concurrency, workers)
+    shares = split_concurrency(ctx.concurrency, workers)
     base = WorkerJob(
         worker=0,
         scenario=ctx.scenario.to_dict(),

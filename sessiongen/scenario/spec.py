@@ -94,7 +94,11 @@ class SessionsSpec:
         doc="frozen: pre-written answers; live: real answers fed back; "
         "none: every turn re-sends the context with a new question (probe chains)",
     )
-    think_time_s: float = spec(0.0, ge=0, doc="pause between turns, modeled seconds")
+    think_time_s: float = spec(0.0, ge=0, doc="mean pause between turns, modeled seconds")
+    think: Literal["fixed", "exponential", "lognormal"] = spec(
+        "fixed", doc="distribution of the pause between turns (mean think_time_s)"
+    )
+    think_sigma: float = spec(0.5, gt=0, le=5, doc="shape of the lognormal think time")
     probe: Literal["none", "needle", "equivalence"] = spec("none", doc="correctness probe")
     shared_prefix_tokens: int = spec(
         0, ge=0, le=10_000_000, doc="tokens of a system prompt shared by all sessions (0: none)"
@@ -152,6 +156,60 @@ class DesignSpec:
         missing = sorted(set(self.blocks) - set(self.cache))
         if missing:
             raise ValueError(f"blocks: uses arm {missing[0]!r} not in design.cache")
+
+
+def _check_levels(value: tuple[float, ...]) -> str | None:
+    if any(v <= 0 for v in value):
+        return "expected levels > 0"
+    if len(set(value)) != len(value):
+        return "expected each level once"
+    return None
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How sessions arrive, and the load levels of a sweep.
+
+    ``closed``: ``driver.concurrency`` sessions in flight, the next starting when one
+    ends (today's default). Open loop: sessions start at a rate (sessions per modeled
+    second) whatever the replicas' state: ``poisson`` (exponential gaps), ``constant``
+    (equal gaps) or ``gamma`` (gaps of shape ``burstiness``: below 1 burstier than
+    Poisson, above 1 more regular; vLLM's benchmark uses the same parameterisation).
+    ``levels`` sweeps the load: concurrencies (closed) or rates (open), each level with
+    its own blocks of every cache arm.
+    """
+
+    arrival: Literal["closed", "poisson", "constant", "gamma"] = spec("closed")
+    levels: tuple[float, ...] = spec(
+        (),
+        check=_check_levels,
+        one_or_many=True,
+        doc="concurrencies (closed) or session start rates per modeled s (open); "
+        "empty: one level (driver.concurrency, or the first rate)",
+    )
+    burstiness: float = spec(1.0, gt=0, le=100, doc="gamma shape of the gaps between starts")
+    max_in_flight: int = spec(
+        100_000, ge=1, le=1_000_000, doc="open loop: sessions in flight at most (a safety cap)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.arrival != "closed" and not self.levels:
+            raise ValueError("levels: expected at least one rate for open-loop arrivals")
+        if self.arrival == "closed" and any(v != int(v) for v in self.levels):
+            raise ValueError("levels: expected whole concurrencies for closed-loop arrivals")
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """The service objective goodput is measured against.
+
+    A turn is *good* when its TTFT is at most ``ttft_s`` (modeled seconds on the
+    simulated pair); a session is good when all its turns are. An arm *meets* the
+    objective at a load level when at least ``attainment`` of its turns are good.
+    """
+
+    ttft_s: float | None = spec(None, gt=0, doc="TTFT objective, modeled seconds (none: off)")
+    attainment: float = spec(0.9, gt=0, le=1, doc="share of good turns needed to meet it")
 
 
 @dataclass(frozen=True)
@@ -215,6 +273,8 @@ class Scenario:
     placement: PlacementSpec = field(default_factory=PlacementSpec)
     design: DesignSpec = field(default_factory=DesignSpec)
     driver: DriverSpec = field(default_factory=DriverSpec)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
     target: TargetSpec = field(default_factory=TargetSpec)
     source: str = spec("<memory>", doc="file the scenario came from (set by the loader)")
 
@@ -225,11 +285,35 @@ class Scenario:
         return data
 
     def digest(self) -> str:
-        """A short hash of what the sessions and design depend on (not the target)."""
+        """A short hash of what the measurements depend on: sessions, design, load.
+
+        Not the target (the trend keeps targets apart by kind and version), the
+        description or the objective (they do not change what is measured). Fields added
+        after the first release count only when set away from their defaults, so a
+        scenario that does not use them keeps its digest, and a nightly trend store its
+        history (see :data:`LATER_FIELDS`).
+        """
         data = self.to_dict()
-        data.pop("target", None)
-        data.pop("description", None)
+        for key in ("target", "description", "objective"):
+            data.pop(key, None)
+        defaults = Scenario(name=self.name).to_dict()
+        for path in LATER_FIELDS:
+            section, _, name = path.partition(".")
+            if name:
+                if data[section].get(name) == defaults[section].get(name):
+                    data[section].pop(name, None)
+            elif data.get(section) == defaults.get(section):
+                data.pop(section, None)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+#: Scenario fields added after sessiongen 0.1.0: left out of the digest at their defaults.
+LATER_FIELDS = (
+    "design.warmup_tokens",
+    "sessions.think",
+    "sessions.think_sigma",
+    "load",
+)
 
 
 def from_dict(

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from sessiongen import scenario
 from sessiongen.analysis import console_table, load_run, run_summary
 from sessiongen.report import write_report
 from sessiongen.trend import trend_add, trend_check
@@ -48,3 +49,17 @@ def test_old_store_checks_and_takes_old_runs(tmp_path: Path) -> None:
     assert trend_add(RUNS, store) == []
     stored = pl.concat([pl.read_parquet(p) for p in sorted(store.glob("*/*.parquet"))])
     assert stored["store_version"].unique().to_list() == [1]
+
+
+def test_scenario_digests_survive_fields_added_later() -> None:
+    """A scenario that uses none of the newer fields keeps its digest, so a nightly trend
+    store keeps adding to the same folder's history."""
+    smoke = ROOT / "scenarios" / "smoke.toml"
+    folders = {p.name for p in (FIXTURES / "store").iterdir()}
+    assert f"smoke-{scenario.load(smoke).digest()}" in folders
+    probe = ["sessions.probe=equivalence", "design.warmup_requests=1"]
+    assert f"smoke-{scenario.load(smoke, probe).digest()}" in folders
+    # A newer field set away from its default is part of what is measured.
+    assert scenario.load(smoke, ["sessions.think=exponential"]).digest() not in {
+        f.split("-", 1)[1] for f in folders
+    }
