@@ -1,0 +1,113 @@
+"""Load analysis on hand-made runs with known truth: goodput, sustained load, reuse, working set."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessiongen.analysis import load
+from sessiongen.analysis.frames import rows_frame
+from sessiongen.records.format import REQUEST_SCHEMA, RunMeta
+from sessiongen.records.run import Run
+
+
+def make_run(rows: list[dict[str, Any]]) -> Run:
+    base = {"status": "ok", "warmup": False, "context_tokens": 1000, "turn": 1}
+    frame = rows_frame([{**base, **r} for r in rows], REQUEST_SCHEMA)
+    return Run(Path("x"), RunMeta.from_manifest({"run_id": "x"}), frame)
+
+
+def level_rows(level: float, cache: str, ttfts: list[float]) -> list[dict[str, Any]]:
+    return [
+        {
+            "placement": "fixed",
+            "cache": cache,
+            "load_level": level,
+            "block": int(level * 10) + (cache == "on"),
+            "session_id": f"s{i}",
+            "ttft_s": t,
+            "send_s": float(i),
+            "e2e_s": t + 0.5,
+            "queue_s": 0.0,
+        }
+        for i, t in enumerate(ttfts)
+    ]
+
+
+def test_wilson_interval() -> None:
+    low, high = load.wilson(9, 10)
+    assert 0.59 < low < 0.6 and 0.98 < high < 0.99  # 0.596, 0.982 (Wilson 1927)
+    assert all(math.isnan(v) for v in load.wilson(0, 0))
+
+
+def test_goodput_and_sustained_load() -> None:
+    rows = []
+    for level, off_slow, on_slow in ((1.0, 0, 0), (2.0, 12, 1), (4.0, 40, 30)):
+        rows += level_rows(level, "off", [5.0] * off_slow + [1.0] * (40 - off_slow))
+        rows += level_rows(level, "on", [5.0] * on_slow + [1.0] * (40 - on_slow))
+    table = load.load_table(make_run(rows), ttft_s=2.0, attainment=0.9)
+    got = {(r["cache"], r["load_level"]): r for r in table.iter_rows(named=True)}
+    assert got[("off", 2.0)]["good_turns"] == pytest.approx(28 / 40)
+    assert got[("on", 2.0)]["good_turns"] == pytest.approx(39 / 40)
+    assert got[("off", 1.0)]["good_sessions"] == 1.0 and got[("off", 2.0)]["good_sessions"] == 0.7
+    assert [got[("on", lv)]["meets"] for lv in (1.0, 2.0, 4.0)] == [True, True, False]
+    sustained = {r["cache"]: r for r in load.sustained_load(table).iter_rows(named=True)}
+    assert sustained["off"]["sustains"] == 1.0 and sustained["on"]["sustains"] == 2.0
+    assert sustained["off"]["fails"] == 2.0 and sustained["on"]["fails"] == 4.0
+    assert sustained["on"]["sure"] == 1.0  # 39/40 has a Wilson low bound under 0.9
+
+
+def test_p90_needs_enough_samples() -> None:
+    few = load.load_table(make_run(level_rows(1.0, "off", [1.0] * 20)), ttft_s=None)
+    assert few["p90_ttft_s"][0] is None and "of 64 needed" in few["p90_note"][0]
+    many = load.load_table(make_run(level_rows(1.0, "off", [1.0] * 70)), ttft_s=None)
+    assert many["p90_ttft_s"][0] == 1.0 and many["good_turns"][0] is None
+
+
+def test_reuse_distance_counts_tokens_the_replica_served_in_between() -> None:
+    def req(session: str, replica: int, t: float, tokens: int) -> dict[str, Any]:
+        return {
+            "placement": "fixed", "cache": "off", "block": 0, "session_id": session,
+            "replica": replica, "send_s": t, "e2e_s": 0.1, "prompt_tokens": tokens,
+        }  # fmt: skip
+
+    run = make_run(
+        [
+            req("a", 0, 0.0, 100),
+            req("b", 0, 1.0, 300),
+            req("c", 1, 1.5, 999),  # another replica: does not count
+            req("b", 0, 2.0, 320),
+            req("a", 0, 3.0, 150),
+        ]
+    )
+    dist = load.reuse_distance(run).sort("send_s")["reuse_distance_tokens"].to_list()
+    assert dist == [None, None, None, 0, 300 + 320]
+
+
+def test_working_set_peaks_over_live_sessions_and_per_replica() -> None:
+    def req(session: str, replica: int, t: float, end: float, tokens: int) -> dict[str, Any]:
+        return {
+            "placement": "fixed", "cache": "off", "block": 0, "session_id": session,
+            "replica": replica, "send_s": t, "e2e_s": end - t, "prompt_tokens": tokens,
+        }  # fmt: skip
+
+    run = make_run(
+        [
+            req("a", 0, 0.0, 1.0, 1000),
+            req("b", 1, 0.5, 1.5, 2000),
+            req("a", 0, 2.0, 3.0, 1100),  # a's next turn: b has ended (1.5)
+            req("c", 0, 2.5, 3.5, 500),
+        ]
+    )
+    ws = load.working_set(run).row(0, named=True)
+    assert ws["peak_tokens"] == 3000  # a (1000) + b (2000) at 0.5 s
+    assert ws["peak_replica_tokens"] == 2000  # b on replica 1
+
+
+def test_a_run_without_load_columns_is_one_level() -> None:
+    rows = [{**r, "load_level": None} for r in level_rows(1.0, "off", [1.0] * 3)]
+    table = load.load_table(make_run(rows), ttft_s=2.0)
+    assert table["load_level"].to_list() == [1.0] and table["turns"].to_list() == [3]
