@@ -47,8 +47,9 @@ from sessiongen.report.document import (
     to_html,
     to_markdown,
 )
+from sessiongen.report.loadsection import is_load_run, load_section
 
-__all__ = ["SUMMARY_COLUMNS", "Run", "load_run", "summary_frame", "write_report"]
+__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
 
 SUMMARY_COLUMNS = (
     "placement",
@@ -63,6 +64,8 @@ SUMMARY_COLUMNS = (
     "speedup_ci_high",
 )
 
+
+HEADLINE = "Headline: shared-cache speedup per turn"
 
 TOKEN_MEANS = ("prompt_tokens", "cached_tokens", "local_hit_tokens", "external_hit_tokens")
 
@@ -367,7 +370,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
 
 def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
     return [
-        Heading("Headline: shared-cache speedup per turn"),
+        Heading(HEADLINE),
         Paragraph(
             "Speedup = median TTFT with the cache off / median TTFT with it on, per placement "
             f"and turn; {boot.method()}; 'paired' means sessions were resampled as units "
@@ -619,6 +622,13 @@ def write_report(
     )
     atomic_write_bytes(out / "summary.csv", summary_frame(frames.summary).write_csv().encode())
     blocks = build_blocks(run, frames, figures, boot)
+    if is_load_run(run):  # the load headline goes right after the problems
+        at = next(
+            i
+            for i, b in enumerate(blocks)
+            if isinstance(b, Heading) and b.text.startswith("Headline")
+        )
+        blocks[at:at] = load_section(run, out, plots.caption(run), boot)
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())

@@ -1,0 +1,133 @@
+"""The report's load section: what a platform engineer acts on, for runs under load.
+
+Shown when a run swept load levels, used open-loop arrivals or set an objective: per
+placement, the pool's gain in whole-session time at each level, goodput OFF and ON, and
+the load each arm sustains within the objective; then saturation curves, goodput, the
+full table, working sets against capacities, and reuse distances.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sessiongen.analysis import load, session_speedup
+from sessiongen.analysis.stats import Bootstrap
+from sessiongen.records.run import Run
+from sessiongen.report.document import Element, Heading, Image, Paragraph, Table
+from sessiongen.report.figures import save_png_svg
+from sessiongen.report.loadplots import goodput_figure, saturation_figure
+
+
+def is_load_run(run: Run) -> bool:
+    """True when the run swept levels, arrived open-loop or set a TTFT objective."""
+    spec = run.meta.scenario.get("load") or {}
+    objective = run.meta.scenario.get("objective") or {}
+    levels = run.requests["load_level"].drop_nulls().n_unique()
+    return bool(levels > 1 or spec.get("arrival", "closed") != "closed" or objective.get("ttft_s"))
+
+
+def _objective(run: Run) -> tuple[float | None, float]:
+    objective = run.meta.scenario.get("objective") or {}
+    return objective.get("ttft_s"), float(objective.get("attainment", 0.9))
+
+
+def level_name(run: Run) -> str:
+    """What the load level is, in words."""
+    arrival = (run.meta.scenario.get("load") or {}).get("arrival", "closed")
+    if arrival == "closed":
+        return "sessions in flight (closed loop)"
+    return f"session starts per {'modeled ' if run.simulated else ''}second ({arrival})"
+
+
+def pool_gain_by_level(run: Run, table: pl.DataFrame, boot: Bootstrap) -> pl.DataFrame:
+    """Per placement and level: the pool's whole-session gain and goodput OFF vs ON."""
+    rows: list[dict[str, Any]] = []
+    levels = sorted(table["load_level"].unique().to_list())
+    for level in levels:
+        at = run.filter(pl.col("load_level").fill_null(1.0) == level)
+        gains = session_speedup(at, boot=boot)
+        for g in gains.iter_rows(named=True):
+            arms = table.filter(
+                (pl.col("placement") == g["placement"])
+                & (pl.col("context_tokens") == g["context_tokens"])
+                & (pl.col("load_level") == level)
+            )
+            good = {r["cache"]: r for r in arms.iter_rows(named=True)}
+            rows.append(
+                {
+                    "placement": g["placement"],
+                    "context_tokens": g["context_tokens"],
+                    "load_level": level,
+                    "session_gain": g["speedup"],
+                    "gain_ci_low": g["speedup_ci_low"],
+                    "gain_ci_high": g["speedup_ci_high"],
+                    "good_turns_off": good.get("off", {}).get("good_turns"),
+                    "good_turns_on": good.get("on", {}).get("good_turns"),
+                    "p90_off_s": good.get("off", {}).get("p90_ttft_s"),
+                    "p90_on_s": good.get("on", {}).get("p90_ttft_s"),
+                }
+            )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def capacities(run: Run) -> dict[str, float]:
+    """KV capacity per replica and the pool's, in tokens, where the target says them."""
+    profile = run.meta.target.get("profile") or {}
+    out: dict[str, float] = {}
+    if "local_cache_tokens" in profile:
+        out["replica_kv_tokens"] = float(profile["local_cache_tokens"])
+    if "pool_capacity_gib" in profile and profile.get("kv_bytes_per_token"):
+        out["pool_tokens"] = profile["pool_capacity_gib"] * 2**30 / profile["kv_bytes_per_token"]
+    return out
+
+
+def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[Element]:
+    """The load section's elements (figures saved into ``out_dir``)."""
+    ttft_s, attainment = _objective(run)
+    table = load.load_table(run, ttft_s, attainment)
+    unit = "modeled s" if run.simulated else "s"
+    name = level_name(run)
+    out: list[Element] = [Heading("Load: does the pool pay at this load?")]
+    gains = pool_gain_by_level(run, table, boot)
+    if ttft_s is not None:
+        out.append(
+            Paragraph(
+                f"Objective: TTFT <= {ttft_s:g} {unit} for at least {attainment:.0%} of turns. "
+                "Gain: median whole-session time OFF / ON at each level (paired bootstrap)."
+            )
+        )
+    out.append(Table(gains))
+    if ttft_s is not None:
+        sustained = load.sustained_load(table, attainment)
+        out += [
+            Paragraph(
+                "Load each arm sustains within the objective ('sure': the interval of its "
+                "goodput lies above the target there; 'fails': wholly below from there on)."
+            ),
+            Table(sustained),
+        ]
+    sat = save_png_svg(saturation_figure(table, note, name, unit), out_dir, "saturation")[0]
+    out.append(Image(sat, "TTFT p50 and p90 against offered load, per arm"))
+    if ttft_s is not None:
+        fig = goodput_figure(table, note, name, ttft_s, attainment)
+        out.append(Image(save_png_svg(fig, out_dir, "goodput")[0], "goodput against load"))
+    out += [
+        Heading("Per arm and level", 3),
+        Table(table.drop("p90_ttft_s")),
+        Heading("Working set against capacity", 3),
+        _working_set(run),
+        Heading("Reuse distance and where hits came from", 3),
+        Table(load.reuse_summary(run), max_rows=80),
+    ]
+    return out
+
+
+def _working_set(run: Run) -> Table:
+    ws = load.working_set(run)
+    caps = capacities(run)
+    for name, value in caps.items():
+        ws = ws.with_columns(pl.lit(value).alias(name))
+    return Table(ws)
