@@ -100,3 +100,24 @@ def test_open_loop_sessions_start_on_their_schedule(tmp_path: Path) -> None:
     assert by_block[0]["arrival_s"].to_list() == by_block[1]["arrival_s"].to_list()
     assert by_block[0]["arrival_s"][0] == 0.0 and by_block[0]["arrival_s"][3] > 0
     assert (df["load_level"] == 0.5).all()
+
+
+def test_four_simulated_replicas(tmp_path: Path) -> None:
+    sc = scenario.load(
+        ROOT / "scenarios" / "smoke.toml",
+        [
+            "target.sim.replicas=4",
+            "sessions.count=4",
+            "sessions.turns=4",
+            'design.blocks=["off","on"]',
+            "load.levels=[4]",
+        ],
+    )
+    out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False))
+    assert out.failed == 0
+    df = pl.read_parquet(out.run_dir / "requests.parquet").filter(~pl.col("warmup"))
+    assert sorted(df["replica"].unique().to_list()) == [0, 1, 2, 3]
+    # Alternating over four replicas, every later turn is a first visit: only the pool
+    # can serve its prefix.
+    later_on = df.filter((pl.col("turn") > 1) & (pl.col("cache") == "on"))
+    assert later_on["cross_replica"].all() and (later_on["external_hit_tokens"] > 0).all()
