@@ -69,6 +69,11 @@ class SimProfile:
     itl_base_s: float = spec(0.012, ge=0, doc="inter-token latency at empty context, batch 1")
     itl_per_ktok_s: float = spec(5e-5, ge=0, doc="extra ITL per 1k tokens of context")
     itl_per_batch_s: float = spec(5e-4, ge=0, doc="extra ITL per other running decode")
+    profile: str | None = spec(
+        None,
+        doc="a profile file (sessiongen fit writes one) whose parameters apply under "
+        "the keys set here",
+    )
 
     def __post_init__(self) -> None:
         if len(self.hit_overhead_tokens) != len(self.hit_overhead_s):

@@ -324,7 +324,34 @@ def from_dict(
     if "source" in data:
         raise ScenarioError(source, "source", "unknown key (it is set by the loader)")
     data["source"] = source
+    _merge_profile_file(data, source)
     return schema.build(Scenario, data, source)
+
+
+def _merge_profile_file(data: dict[str, Any], source: str) -> None:
+    """``target.sim.profile = "FILE.toml"``: the file's parameters, under explicit keys.
+
+    A profile file (``sessiongen fit`` writes one) holds a ``[target.sim]`` table or flat
+    parameter keys; a relative path is taken from the scenario file's folder, then from
+    the working directory. Keys set in the scenario or with ``--set`` win over the file.
+    """
+    target = data.get("target")
+    sim = target.get("sim") if isinstance(target, dict) else None
+    if not isinstance(sim, dict) or "profile" not in sim:
+        return
+    name = sim["profile"]
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(source, "target.sim.profile", f"expected a file name, got {name!r}")
+    path = Path(name)
+    if not path.is_absolute() and not path.exists():
+        beside = Path(source).parent / path
+        path = beside if beside.exists() else path
+    loaded = read_toml(path)
+    params = loaded.get("target", {}).get("sim", loaded) if "target" in loaded else loaded
+    if not isinstance(params, dict) or "profile" in params:
+        raise ScenarioError(str(path), "target.sim", "expected a table of profile parameters")
+    schema.build(SimProfile, params, str(path))  # its own errors name the profile file
+    sim.update({k: v for k, v in params.items() if k not in sim}, profile=str(path))
 
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:

@@ -111,3 +111,27 @@ def test_digest_ignores_target_but_not_sessions(tmp_path: Path) -> None:
     base = scenario.load(path)
     assert base.digest() == scenario.load(path, ["target.sim.slowdown=2"]).digest()
     assert base.digest() != scenario.load(path, ["sessions.turns=2"]).digest()
+
+
+def test_a_profile_file_applies_under_explicit_keys(tmp_path: Path) -> None:
+    profile = tmp_path / "fitted.toml"
+    profile.write_text("[target.sim]\nprefill_s_per_ktok = 0.5\nslowdown = 2.0\n")
+    sc = scenario.load(
+        ROOT / "scenarios" / "smoke.toml",
+        [f"target.sim.profile={profile}", "target.sim.slowdown=1.5"],
+    )
+    sim = sc.target.sim
+    assert sim.prefill_s_per_ktok == 0.5  # from the file
+    assert sim.slowdown == 1.5  # --set wins over the file
+    assert sim.profile == str(profile)
+
+
+def test_a_bad_profile_file_names_itself(tmp_path: Path) -> None:
+    profile = tmp_path / "bad.toml"
+    profile.write_text("prefill_s_per_ktok = -1\n")
+    with pytest.raises(
+        ScenarioError, match=r"bad\.toml: prefill_s_per_ktok: expected a number >= 0"
+    ):
+        scenario.load(ROOT / "scenarios" / "smoke.toml", [f"target.sim.profile={profile}"])
+    with pytest.raises(ScenarioError, match=r"none\.toml: no such file"):
+        scenario.load(ROOT / "scenarios" / "smoke.toml", ["target.sim.profile=none.toml"])
