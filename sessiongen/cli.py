@@ -416,6 +416,32 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
         raise SystemExit(result.exit_code)
 
 
+@cli.command("fit")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="Profile TOML to write."
+)
+@click.option(
+    "--kv-bytes-per-token",
+    type=click.IntRange(1),
+    help="The model's KV bytes per token (default: from the runs, where they say it).",
+)
+def fit_cmd(run_dirs: tuple[str, ...], output: str, kv_bytes_per_token: int | None) -> None:
+    """Fit the simulator's timing profile to real runs of RUN_DIRS.
+
+    Uses the requests that ran alone (concurrency 1, exact hit counts): cold prefills
+    at several sizes, local hits and cross-replica pool hits, as the probe scenario
+    (scenarios/fitprobe.toml) makes them. Prints each parameter with a 95% bootstrap
+    interval and the residuals per cell; writes a profile that
+    --set target.sim.profile=OUTPUT loads.
+    """
+    from sessiongen.capacity import fit
+
+    result = fit.fit_runs([Path(d) for d in run_dirs], kv_bytes_per_token=kv_bytes_per_token)
+    click.echo(fit.summary_text(result))
+    click.echo(f"profile: {fit.write_profile(result, Path(output))}")
+
+
 @cli.command("calibrate")
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--concurrency", type=int, help="Streams at once (default: the scenario's).")

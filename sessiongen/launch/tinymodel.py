@@ -310,3 +310,13 @@ def _dump_json(data: Any) -> bytes:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def kv_bytes_per_token() -> int:
+    """KV cache bytes per token of ``builtin:tiny`` as served: K and V, every layer and KV
+    head, at the serving dtype (float32, 4 bytes)."""
+    c = MODEL_CONFIG
+    layers, heads, dims = (
+        int(c[k]) for k in ("num_hidden_layers", "num_key_value_heads", "head_dim")
+    )
+    return 2 * layers * heads * dims * 4
