@@ -3,7 +3,10 @@
 - :mod:`.stats`: pure, seeded statistics (bootstrap intervals, rank tests);
 - :mod:`.frames`: small helpers to build frames from a run's requests;
 - :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions, block drift;
-- :mod:`.checks`: contamination, attribution, needle grades, equivalence;
+- :mod:`.checks`: contamination, attribution, needle grades;
+- :mod:`.prompts`: which requests sent the same prompt, which the shared pool served;
+- :mod:`.correctness`: answers judged against the OFF arm on the same prompt, verdicts;
+- :mod:`.verdicts`: a run's correctness per probe (report, trend, ``replay`` exit status);
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.compare`: one run against another.
 
@@ -12,17 +15,13 @@ in modeled seconds (measured / time scale).
 """
 
 from sessiongen.analysis.checks import (
-    LOGPROB_TOL,
-    Equivalence,
     cache_attribution,
     contamination,
     contamination_expr,
-    divergence_counts,
-    divergences,
-    equivalence,
     needle_grades,
 )
 from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
     DRIFT_MIN,
@@ -39,6 +38,16 @@ from sessiongen.analysis.latency import (
 )
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.analysis.summary import run_summary
+from sessiongen.analysis.verdicts import (
+    Correctness,
+    Equivalence,
+    Needles,
+    correctness,
+    correctness_cells,
+    divergence_counts,
+    divergences,
+    equivalence,
+)
 from sessiongen.records.run import Run, latest_run, load_run, resolve_run_dir
 
 __all__ = [
@@ -46,9 +55,12 @@ __all__ = [
     "DRIFT_MIN",
     "DRIFT_MIN_UNITS",
     "LOGPROB_TOL",
+    "VERDICTS",
     "Bootstrap",
     "Comparison",
+    "Correctness",
     "Equivalence",
+    "Needles",
     "Run",
     "arm_turn_table",
     "block_drift",
@@ -58,6 +70,8 @@ __all__ = [
     "console_table",
     "contamination",
     "contamination_expr",
+    "correctness",
+    "correctness_cells",
     "cross_vs_same",
     "divergence_counts",
     "divergences",
