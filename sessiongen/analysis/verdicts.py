@@ -129,11 +129,15 @@ class Needles:
 
 @dataclass(frozen=True)
 class Correctness:
-    """A run's correctness: both probes, and the line ``replay`` fails with."""
+    """A run's correctness: both probes, and the line ``replay`` fails with.
+
+    ``has_off``: the run has OFF answers at all (endpoints measure one arm).
+    """
 
     probe: str
     basis: str
     unkeyed: int
+    has_off: bool
     needles: Needles
     equivalence: Equivalence
 
@@ -148,17 +152,19 @@ class Correctness:
         parts = []
         n = self.needles
         if n.graded or n.off_wrong:
-            parts.append(
-                f"needles {n.verdict} ({n.failures} cache failures in {n.compared} ON answers "
-                f"judged against OFF, {n.exercised} served from the pool)"
-            )
+            parts.append(f"needles {n.verdict} ({self._grounds(n, 'judged against')})")
         eq = self.equivalence
         if self.probe == "equivalence":
-            parts.append(
-                f"equivalence {eq.verdict} ({eq.failures} cache failures in {eq.compared} ON "
-                f"answers compared with OFF, {eq.exercised} served from the pool)"
-            )
+            parts.append(f"equivalence {eq.verdict} ({self._grounds(eq, 'compared with')})")
         return "correctness: " + "; ".join(parts) if parts else None
+
+    def _grounds(self, probe: Needles | Equivalence, how: str) -> str:
+        if probe.verdict == NOT_EXERCISED:
+            return not_exercised_reason(probe, has_off=self.has_off)
+        return (
+            f"{probe.failures} cache failures in {probe.compared} ON answers {how} OFF, "
+            f"{probe.exercised} served from the pool"
+        )
 
     def failure_line(self) -> str | None:
         """One line naming the cache failures, or None when there are none."""
@@ -260,6 +266,7 @@ def correctness(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> Correctness:
         probe=run.probe,
         basis=keys.basis,
         unkeyed=keys.unkeyed,
+        has_off=bool((keys.rows["cache"] == "off").any()),
         needles=summarize_needles(keys),
         equivalence=summarize_equivalence(keys, logprob_tol),
     )

@@ -27,7 +27,6 @@ from sessiongen.analysis.verdicts import (
     Needles,
     not_exercised_reason,
 )
-from sessiongen.records.run import Run
 from sessiongen.report.document import Element, Paragraph, Table
 
 EVIDENCE = {
@@ -52,10 +51,6 @@ def _cells(summary: pl.DataFrame, column: str, *extra: str) -> Table:
     return Table(drop_single_context(rows.select(*keys, *extra, column)))
 
 
-def _has_off(run: Run) -> bool:
-    return bool((run.ok["cache"] == "off").any())
-
-
 def basis_note(c: Correctness) -> list[Element]:
     """Say how prompts were matched when it is not by digest (older runs)."""
     if c.basis == BASIS_DIGEST and not c.unkeyed:
@@ -64,7 +59,7 @@ def basis_note(c: Correctness) -> list[Element]:
     return [Paragraph(f"Prompts were matched by {c.basis}{left}.")]
 
 
-def needle_problems(run: Run, c: Correctness, summary: pl.DataFrame) -> list[Element]:
+def needle_problems(c: Correctness, summary: pl.DataFrame) -> list[Element]:
     """The needle probe: cache failures, OFF misses, ON-only misses, not exercised."""
     n = c.needles
     if not n.graded and not n.off_wrong:
@@ -89,7 +84,7 @@ def needle_problems(run: Run, c: Correctness, summary: pl.DataFrame) -> list[Ele
         ]
     out += _needle_on_only(n, summary)
     if n.verdict == NOT_EXERCISED:
-        reason = not_exercised_reason(n, has_off=_has_off(run))
+        reason = not_exercised_reason(n, has_off=c.has_off)
         out.append(Paragraph(f"Needle probe not exercised: {reason}.", warning=True))
     return out
 
@@ -108,7 +103,7 @@ def _needle_on_only(n: Needles, summary: pl.DataFrame) -> list[Element]:
     ]
 
 
-def equivalence_problems(run: Run, c: Correctness, divergences: pl.DataFrame) -> list[Element]:
+def equivalence_problems(c: Correctness, divergences: pl.DataFrame) -> list[Element]:
     """The equivalence probe: its verdict first (rate, largest difference, worst case)."""
     eq = c.equivalence
     if eq.prompts == 0:
@@ -132,7 +127,7 @@ def equivalence_problems(run: Run, c: Correctness, divergences: pl.DataFrame) ->
     out += _off_inconsistent(eq)
     out += _on_only(eq)
     if eq.verdict == NOT_EXERCISED:
-        reason = not_exercised_reason(eq, has_off=_has_off(run))
+        reason = not_exercised_reason(eq, has_off=c.has_off)
         out.append(
             Paragraph(
                 f"Equivalence not exercised: {reason}. No ON answer served from the shared "
@@ -147,7 +142,8 @@ def equivalence_problems(run: Run, c: Correctness, divergences: pl.DataFrame) ->
 
 def _equivalence_failures(eq: Equivalence, divergences: pl.DataFrame) -> list[Element]:
     worst = eq.worst
-    assert worst is not None  # failures imply a compared request
+    if worst is None:  # failures imply a compared request; nothing to show otherwise
+        return []
     where = (
         f"{worst['placement']}, context {worst['context_tokens']}, session "
         f"{worst['session_id']}, turn {worst['turn']}, block {worst['block']}"
@@ -250,18 +246,18 @@ def other_outputs(divergences: pl.DataFrame) -> list[Element]:
 
 
 def correctness_problems(
-    run: Run, c: Correctness, summary: pl.DataFrame, divergences: pl.DataFrame
+    c: Correctness, summary: pl.DataFrame, divergences: pl.DataFrame
 ) -> list[Element]:
     """Everything about correctness that belongs under Problems, verdicts first."""
-    out = needle_problems(run, c, summary)
-    if run.probe == "equivalence":
-        out += equivalence_problems(run, c, divergences)
+    out = needle_problems(c, summary)
+    if c.probe == "equivalence":
+        out += equivalence_problems(c, divergences)
     else:
         out += other_outputs(divergences)
     return out
 
 
-def correctness_passed(run: Run, c: Correctness) -> list[Element]:
+def correctness_passed(c: Correctness) -> list[Element]:
     """Probes that passed: what was compared, so a pass is never silent or overstated."""
     out: list[Element] = []
     n = c.needles
@@ -274,7 +270,7 @@ def correctness_passed(run: Run, c: Correctness) -> list[Element]:
             )
         )
     eq = c.equivalence
-    if run.probe == "equivalence" and eq.verdict == PASSED:
+    if c.probe == "equivalence" and eq.verdict == PASSED:
         out.append(
             Paragraph(
                 f"Equivalence passed: all {eq.compared} ON answers compared with the OFF "

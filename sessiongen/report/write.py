@@ -190,8 +190,8 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
 
 
 def _problems(run: Run, f: Frames) -> list[Element]:
-    correct = correctness_problems(run, f.correctness, f.summary, f.divergences)
-    passed = correctness_passed(run, f.correctness)
+    correct = correctness_problems(f.correctness, f.summary, f.divergences)
+    passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
     found = correct + _measurement_problems(run, f)
     if not found:
