@@ -28,6 +28,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from sessiongen.errors import (
+    CacheFailureError,
     EndpointError,
     MissingDependencyError,
     OutputError,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from sessiongen.scenario import load as load_scenario
 
 __all__ = [
+    "CacheFailureError",
     "EndpointError",
     "MissingDependencyError",
     "OutputError",

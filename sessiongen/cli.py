@@ -1,7 +1,8 @@
 """The ``sessiongen`` command line: parse flags, call one library function, map errors.
 
 Known errors (:class:`sessiongen.errors.UserError`) print as one line with exit status 2;
-a run that finished with failed requests exits 1; anything else keeps its traceback.
+a run that finished with failed requests or cache failures (ON answers wrong where OFF
+answered the same prompt right) exits 1; anything else keeps its traceback.
 
 Each command imports the library it calls inside its function: the replay, analysis
 and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
@@ -19,7 +20,7 @@ import click
 
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
-from sessiongen.errors import RunFailedError, UserError
+from sessiongen.errors import CacheFailureError, RunFailedError, UserError
 from sessiongen.sim.cli import serve_command
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -160,7 +161,8 @@ def replay(
     Without --endpoints the embedded simulated replica pair is used (a calibrated
     model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
-    Exit status 1 when any request failed, 130 when interrupted.
+    Exit status 1 when any request failed or the cache changed answers (an ON answer
+    wrong where the OFF arm answered the same prompt right), 130 when interrupted.
     """
     from sessiongen import replay as replay_mod
 
@@ -175,13 +177,29 @@ def replay(
     )
     outcome = replay_mod.replay(sc, opts)
     click.echo(f"run: {outcome.run_dir}")
+    wrong = None
     if outcome.requests and not outcome.interrupted:
         _summarize(outcome.run_dir, report)
+        wrong = _correctness(outcome.run_dir)
     if outcome.interrupted:
         click.echo(f"interrupted: kept {outcome.requests} measured requests", err=True)
         raise SystemExit(130)
     if outcome.failed:
-        raise RunFailedError(outcome.failure_summary())
+        raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong])))
+    if wrong:
+        raise CacheFailureError(wrong)
+
+
+def _correctness(run_dir: Path) -> str | None:
+    """Print the run's correctness verdicts; the cache failures as one line, if any."""
+    from sessiongen import analysis
+
+    verdicts = analysis.correctness(analysis.load_run(run_dir))
+    line = verdicts.verdict_line()
+    if line:
+        click.echo(line)
+    failure = verdicts.failure_line()
+    return f"{failure}; see {run_dir}" if failure else None
 
 
 def _summarize(run_dir: Path, report: bool) -> None:

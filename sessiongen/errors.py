@@ -9,7 +9,8 @@
     │   ├── MissingDependencyError  an optional dependency (e.g. the real stack) is absent
     │   ├── RunDirError             a run folder or trend store is missing or unreadable
     │   └── OutputError             a file or folder cannot be written (path, permission, disk)
-    └── RunFailedError              a run finished but some requests failed; exit status 1
+    └── RunFailedError              a run finished but failed; exit status 1
+        └── CacheFailureError       ... because ON answers were wrong where OFF was right
 
 Anything else is a bug and keeps its traceback.
 """
@@ -57,6 +58,12 @@ class OutputError(UserError):
 
 
 class RunFailedError(SessiongenError):
-    """The run finished and its records are written, but some requests failed."""
+    """The run finished and its records are written, but it failed: some requests failed,
+    or the cache changed answers."""
 
     exit_code = 1
+
+
+class CacheFailureError(RunFailedError):
+    """The run finished, but ON answers were wrong where the OFF arm answered the same
+    prompt right (:mod:`sessiongen.analysis.correctness`)."""

@@ -3,9 +3,14 @@
 - :mod:`.stats`: pure, seeded statistics (bootstrap intervals, rank tests);
 - :mod:`.frames`: small helpers to build frames from a run's requests;
 - :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions, block drift;
-- :mod:`.checks`: contamination, attribution, needle grades, equivalence;
+- :mod:`.checks`: contamination, attribution, needle grades;
+- :mod:`.prompts`: which requests sent the same prompt, which the shared pool served;
+- :mod:`.correctness`: answers judged against the OFF arm on the same prompt, verdicts;
+- :mod:`.verdicts`: a run's correctness per probe (report, trend, ``replay`` exit status);
 - :mod:`.fidelity`: can the run be read as the cache's effect: measurement error of
   simulated runs, cold first turns that differ between arms;
+- :mod:`.tails`: tail percentiles with MLPerf LoadGen's early-stopping estimate;
+- :mod:`.load`: saturation, goodput, sustained load, working set, reuse distance;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.compare`: one run against another.
 
@@ -14,17 +19,13 @@ in modeled seconds (measured / time scale).
 """
 
 from sessiongen.analysis.checks import (
-    LOGPROB_TOL,
-    Equivalence,
     cache_attribution,
     contamination,
     contamination_expr,
-    divergence_counts,
-    divergences,
-    equivalence,
     needle_grades,
 )
 from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
 from sessiongen.analysis.fidelity import (
     COLD_TOLERANCE,
     ERROR_SHARE,
@@ -48,6 +49,16 @@ from sessiongen.analysis.latency import (
 )
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.analysis.summary import run_summary
+from sessiongen.analysis.verdicts import (
+    Correctness,
+    Equivalence,
+    Needles,
+    correctness,
+    correctness_cells,
+    divergence_counts,
+    divergences,
+    equivalence,
+)
 from sessiongen.records.run import Run, latest_run, load_run, resolve_run_dir
 
 __all__ = [
@@ -57,9 +68,12 @@ __all__ = [
     "DRIFT_MIN_UNITS",
     "ERROR_SHARE",
     "LOGPROB_TOL",
+    "VERDICTS",
     "Bootstrap",
     "Comparison",
+    "Correctness",
     "Equivalence",
+    "Needles",
     "Run",
     "arm_turn_table",
     "block_drift",
@@ -70,6 +84,8 @@ __all__ = [
     "console_table",
     "contamination",
     "contamination_expr",
+    "correctness",
+    "correctness_cells",
     "cross_vs_same",
     "divergence_counts",
     "divergences",

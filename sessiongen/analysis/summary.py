@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from sessiongen.analysis.checks import LOGPROB_TOL, divergence_counts, needle_grades
+from sessiongen.analysis.checks import needle_grades
+from sessiongen.analysis.correctness import LOGPROB_TOL
 from sessiongen.analysis.latency import arm_turn_table, speedup_table
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.analysis.verdicts import CELL_COUNTS, correctness_cells
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run
 
@@ -17,32 +19,31 @@ def run_summary(
     """One row per (placement, cache, context_tokens, turn) with the headline metrics.
 
     The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
-    turning the cache on buys, relative to the OFF row of the same placement and turn);
-    ``divergences`` (sessions whose answers differ across arms or blocks, or whose
-    first-token logprobs differ by more than ``logprob_tol``: see
-    :mod:`sessiongen.analysis.checks`) belongs to a placement and turn and appears on both rows.
-    This is what ``summary.csv`` and the nightly trend store hold.
+    turning the cache on buys, relative to the OFF row of the same placement and turn).
+    The correctness counts are judged against the OFF arm on the same prompt
+    (:func:`sessiongen.analysis.verdicts.correctness_cells`): ``cache_failures`` and
+    ``divergences`` (ON answers differing from OFF's, ``logprob_tol`` on first-token
+    logprobs) and ``on_only`` on ON rows, ``off_inconsistent`` on OFF rows; zero where
+    nothing applies. This is what ``summary.csv`` and the nightly trend store hold.
     """
     cell = ["placement", "context_tokens", "turn"]
     arm = arm_turn_table(run, boot=boot)
     speed = speedup_table(run, boot=boot).select(
         *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
     )
-    div = divergence_counts(run, logprob_tol=logprob_tol).select(
-        *cell, divergences=pl.col("diverged")
-    )
+    counts = correctness_cells(run, logprob_tol=logprob_tol)
     needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
     out = (
         arm.join(speed, on=cell, how="left", nulls_equal=True)
-        .join(div, on=cell, how="left", nulls_equal=True)
+        .join(counts, on=list(CELL_KEYS), how="left", nulls_equal=True)
         .join(needle, on=list(CELL_KEYS), how="left", nulls_equal=True)
     )
-    on_only = [
+    on_rows = [
         pl.when(pl.col("cache") == "on").then(pl.col(c)).otherwise(None).alias(c)
         for c in ("speedup", "speedup_ci_low", "speedup_ci_high")
     ]
     return (
-        out.with_columns(*on_only, pl.col("divergences").fill_null(0))
+        out.with_columns(*on_rows, pl.col(*CELL_COUNTS).fill_null(0))
         .select(
             *CELL_KEYS,
             "n",
@@ -58,6 +59,9 @@ def run_summary(
             "divergences",
             "needle_graded",
             "needle_correct",
+            "cache_failures",
+            "off_inconsistent",
+            "on_only",
         )
         .sort(list(CELL_KEYS))
     )

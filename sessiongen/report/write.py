@@ -4,9 +4,10 @@
 analysis frames once, draws the figures, and writes:
 
 - ``report.md`` and a self-contained ``report.html`` (images embedded as base64). They
-  show **problems first** (correctness failures: wrong needle answers, and for the
-  ``equivalence`` probe the divergence rate, the largest first-token logprob difference
-  and the worst case; then contamination, request errors, block drift larger than the
+  show **problems first** (correctness verdicts, counted against the OFF arm on the same
+  prompt: :mod:`sessiongen.report.correctness`; for the ``equivalence`` probe the
+  divergence rate, the largest first-token logprob difference and the worst case; then
+  contamination, request errors, block drift larger than the
   effect, incomplete blocks), then the headline speedup curves, then the details, the
   method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
@@ -30,12 +31,13 @@ from typing import Any
 import polars as pl
 
 from sessiongen import analysis
-from sessiongen.analysis.checks import WORST_ROW_COLUMNS, Equivalence
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.analysis.verdicts import Correctness, Equivalence
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
+from sessiongen.report.correctness import basis_note, correctness_passed, correctness_problems
 from sessiongen.report.document import (
     Bullets,
     Element,
@@ -85,9 +87,13 @@ class Frames:
     contamination: pl.DataFrame
     needles: pl.DataFrame
     divergences: pl.DataFrame
-    equivalence: Equivalence
+    correctness: Correctness
     error: pl.DataFrame
     cold_check: pl.DataFrame
+
+    @property
+    def equivalence(self) -> Equivalence:
+        return self.correctness.equivalence
 
     @classmethod
     def compute(
@@ -106,7 +112,7 @@ class Frames:
             contamination=analysis.contamination(run),
             needles=analysis.needle_grades(run),
             divergences=analysis.divergences(run, logprob_tol=logprob_tol),
-            equivalence=analysis.equivalence(run, logprob_tol=logprob_tol),
+            correctness=analysis.correctness(run, logprob_tol=logprob_tol),
             error=analysis.measurement_error(run),
             cold_check=analysis.cold_turn_asymmetry(run, boot=boot),
         )
@@ -151,121 +157,6 @@ def _header(run: Run) -> list[Element]:
     if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
-
-
-def _correctness_problems(run: Run, f: Frames) -> list[Element]:
-    out: list[Element] = []
-    wrong = f.needles.filter(pl.col("rate") < 1)
-    if not wrong.is_empty():
-        total = int((wrong["graded"] - wrong["correct"]).sum())
-        out += [Paragraph(f"Correctness: {total} needle answers wrong.", warning=True)]
-        out.append(
-            _show(
-                wrong, "placement", "cache", "context_tokens", "turn", "graded", "correct", "rate"
-            )
-        )
-    if run.probe == "equivalence":
-        return out + _equivalence_problems(f)
-    diverged = f.divergences.filter(pl.col("diverged"))
-    if not diverged.is_empty():
-        out.append(
-            Paragraph(
-                f"Note: outputs differ in {diverged.height} (session, turn) groups; this is not "
-                "an equivalence run, so sampling or batching nondeterminism may explain it."
-            )
-        )
-        out.append(_divergence_table(diverged))
-    return out
-
-
-def _divergence_table(diverged: pl.DataFrame) -> Table:
-    return _show(
-        diverged,
-        "placement",
-        "context_tokens",
-        "session_id",
-        "turn",
-        "n",
-        "n_digests",
-        "arms_differ",
-        "logprob_diff",
-        "logprob_beyond_tol",
-    )
-
-
-def _diff_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _equivalence_problems(f: Frames) -> list[Element]:
-    """The equivalence probe's failures: rate and worst case first, then the groups."""
-    eq = f.equivalence
-    if eq.compared == 0:
-        return [
-            Paragraph(
-                "Equivalence: nothing to compare (no (session, turn) has two ok answers "
-                "with digests), so this run cannot show a divergence.",
-                warning=True,
-            )
-        ]
-    if eq.vacuous:
-        return [
-            Paragraph(
-                f"Equivalence probe is vacuous: all {eq.groups} (session, turn) got the same "
-                "answer, so a wrong cache could not change it. The model's outputs must "
-                "depend on the prompt.",
-                warning=True,
-            )
-        ]
-    if eq.diverged == 0 or eq.worst is None:
-        return []
-    worst = eq.worst
-    where = (
-        f"{worst['placement']}, context {worst['context_tokens']}, session "
-        f"{worst['session_id']}, turn {worst['turn']}"
-    )
-    if worst["ids_differ"]:
-        what = (
-            f"{worst['n_digests']} different answers (OFF {worst['off_digests'] or '-'}; "
-            f"ON {worst['on_digests'] or '-'})"
-        )
-    else:
-        what = "the same token ids"
-    rate = eq.rate or 0.0
-    return [
-        Paragraph(
-            f"Correctness: answers diverged in {eq.diverged} of {eq.compared} (session, turn) "
-            f"compared across cache arms and blocks. Token ids differ in {eq.ids_differ} "
-            f"(divergence rate {rate:.1%}; {eq.arms_differ} between OFF and ON); first-token "
-            f"logprobs differ by more than the tolerance {eq.logprob_tol:g} in "
-            f"{eq.logprob_beyond_tol}. Largest first-token logprob difference: "
-            f"{_diff_text(eq.max_logprob_diff)}.",
-            warning=True,
-        ),
-        Paragraph(
-            f"Worst case: {where}: {what}, first-token logprobs differ by "
-            f"{_diff_text(worst['logprob_diff'])}. Its requests:",
-            warning=True,
-        ),
-        Table(eq.worst_rows.select(WORST_ROW_COLUMNS)),
-        Paragraph("All diverged (session, turn):"),
-        _divergence_table(f.divergences.filter(pl.col("diverged"))),
-    ]
-
-
-def _equivalence_passed(run: Run, f: Frames) -> list[Element]:
-    """For equivalence runs without failures: what was compared, so a pass is not silent."""
-    eq = f.equivalence
-    if run.probe != "equivalence" or eq.diverged or eq.compared == 0 or eq.vacuous:
-        return []
-    return [
-        Paragraph(
-            f"Equivalence: answers identical across cache arms and blocks in all {eq.compared} "
-            f"(session, turn) compared ({eq.distinct_outputs} distinct answers); largest "
-            f"first-token logprob difference {_diff_text(eq.max_logprob_diff)} (tolerance "
-            f"{eq.logprob_tol:g})."
-        )
-    ]
 
 
 def _measurement_problems(run: Run, f: Frames) -> list[Element]:
@@ -357,15 +248,18 @@ def _trust_problems(f: Frames) -> list[Element]:
 
 
 def _problems(run: Run, f: Frames) -> list[Element]:
-    found = _trust_problems(f) + _correctness_problems(run, f) + _measurement_problems(run, f)
+    correct = correctness_problems(f.correctness, f.summary, f.divergences)
+    passed = correctness_passed(f.correctness)
+    basis = basis_note(f.correctness) if correct or passed else []
+    found = _trust_problems(f) + correct + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(
-                "None found: no correctness failures, no contamination, no request "
+                "None found: no cache failures, no contamination, no request "
                 "errors, no block drift larger than the effect."
             )
         ]
-    return [Heading("Problems"), *found, *_equivalence_passed(run, f)]
+    return [Heading("Problems"), *found, *passed, *basis]
 
 
 def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
@@ -551,11 +445,14 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 "arms replay the same sessions (paired), else each arm on its own.",
                 "Contamination: turn-1 cached/local/external hit tokens above "
                 f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
-                "Equivalence (probe = equivalence): per placement, session and turn, the answers "
-                "of all cache arms and blocks must have the same token ids (output_digest) and "
-                "first-token logprobs within a tolerance for batching noise "
-                f"({logprob_tol:g}); the divergence rate is the share of (session, "
-                "turn) whose token ids differ.",
+                "Correctness: answers are compared only between requests that sent the same "
+                "prompt (prompt_digest), and counted against the OFF arm: a cache failure is "
+                "an ON answer wrong where OFF was right (needles), or whose token ids differ "
+                "from OFF's or whose first-token logprob is further than "
+                f"{logprob_tol:g} from OFF's (equivalence). OFF answers that disagree or miss "
+                "are a model limit; a pass needs ON answers served from the shared pool "
+                "(external hits on cross-replica turns). The divergence rate is the share of "
+                "compared ON answers whose token ids differ from OFF's.",
                 "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
                 f"its CI excludes 1, it exceeds {analysis.DRIFT_MIN:.0%}, at least "
                 f"{analysis.DRIFT_MIN_UNITS} sessions were paired, and it is "

@@ -337,7 +337,7 @@ def _merge_profile_file(data: dict[str, Any], source: str) -> None:
     """
     target = data.get("target")
     sim = target.get("sim") if isinstance(target, dict) else None
-    if not isinstance(sim, dict) or "profile" not in sim:
+    if not isinstance(sim, dict) or sim.get("profile") is None:
         return
     name = sim["profile"]
     if not isinstance(name, str) or not name:

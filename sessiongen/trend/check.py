@@ -16,10 +16,19 @@ Both are fitted on the log scale with :func:`sessiongen.trend.stepdetect.fit_ste
 weighted by its bootstrap interval. A **regression** is a newest level worse than the
 level before it by more than the metric's threshold (default 5%) that has lasted at
 least ``min_nights`` nights; an improvement is the mirror image. Counts are not fitted:
-any correctness **divergence**, **contamination** or wrong **needle** answer on the
-newest night is a regression whatever its size, and failed requests (``errors``) are one
-when they occur on each of the newest ``min_nights`` nights. Each finding names the night
-it started and what changed in ``versions`` between the night before and that night.
+any **cache failure** (an ON answer wrong where the OFF arm answered the same prompt
+right: :mod:`sessiongen.analysis.correctness`, the report's definition) or
+**contamination** on the newest night is a regression whatever its size, and failed
+requests (``errors``) are one when they occur on each of the newest ``min_nights``
+nights. OFF-arm inconsistencies and ON-only disagreements are a model's limits, not
+the cache's, and are not findings. Each finding names the night it started and what
+changed in ``versions`` between the night before and that night.
+
+Stores written before ``cache_failures`` existed hold only ``divergences`` (answers
+differing anywhere, matched by session) and the needle grades per arm. For those rows
+the count falls back to what can be read safely: divergences only in cells with both
+arms, and wrong needle answers of the ON arm only where the OFF arm of the same cell
+answered every needle right.
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ METRICS = (
     Metric("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", False, cache="on"),
 )
 #: Count metrics that are regressions at any size on the newest night.
-ANY_SIZE = ("divergences", "contamination", "needle_wrong")
+ANY_SIZE = ("cache_failures", "contamination")
 
 
 # --- series ------------------------------------------------------------------------------
@@ -185,30 +194,57 @@ def metric_series(
     return out
 
 
-def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, NDArray[np.float64]]:
-    """Per night: divergences, contamination, wrong needle answers and failed requests."""
-    cells = frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
-        divergences=pl.col("divergences").fill_null(0).max(),  # on both arms' rows
+def _legacy_cache_failures() -> pl.Expr:
+    """Per cell, for stores without ``cache_failures`` (see the module docstring)."""
+    wrong = (pl.col("needle_graded") - pl.col("needle_correct")).fill_null(0)
+    both_arms = pl.col("cache").n_unique() == 2
+    on_wrong = wrong.filter(pl.col("cache") == "on").sum()
+    off_wrong = wrong.filter(pl.col("cache") == "off").sum()
+    divergences = pl.col("divergences").fill_null(0).max()
+    needles = pl.when(both_arms & (off_wrong == 0)).then(on_wrong).otherwise(0)
+    return pl.when(both_arms).then(divergences).otherwise(0) + needles
+
+
+def cell_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per run, placement, context and turn: cache failures, contamination and errors.
+
+    ``legacy`` marks cells counted from a store without ``cache_failures``.
+    """
+    if "cache_failures" not in frame.columns:
+        frame = frame.with_columns(cache_failures=pl.lit(None, dtype=pl.UInt32))
+    legacy = pl.col("cache_failures").is_null().all()
+    return frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
+        cache_failures=pl.when(legacy)
+        .then(_legacy_cache_failures())
+        .otherwise(pl.col("cache_failures").fill_null(0).sum()),
         contamination=pl.col("contamination").fill_null(0).sum(),
-        needle_wrong=(pl.col("needle_graded") - pl.col("needle_correct")).fill_null(0).sum(),
         errors=pl.col("errors").fill_null(0).sum(),
+        legacy=legacy,
     )
-    totals = cells.group_by("run_id").agg(pl.col(*ANY_SIZE, "errors").sum())
+
+
+def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, NDArray[np.float64]]:
+    """Per night: cache failures, contamination and failed requests."""
+    totals = cell_counts(frame).group_by("run_id").agg(pl.col(*ANY_SIZE, "errors").sum())
     return {name: _aligned(totals, nights, name) for name in (*ANY_SIZE, "errors")}
 
 
 def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
     """The cells of one night where a count is nonzero, briefly."""
-    column = pl.col("needle_graded") - pl.col("needle_correct") if name == "needle_wrong" else None
-    rows = frame.filter(pl.col("run_id") == run_id).with_columns(
-        _n=(column if column is not None else pl.col(name)).fill_null(0)
-    )
+    night = frame.filter(pl.col("run_id") == run_id)
+    if name == "cache_failures":  # ON answers, judged per cell
+        rows = cell_counts(night).with_columns(cache=pl.lit("on"), _n=pl.col(name))
+    else:
+        rows = night.with_columns(_n=pl.col(name).fill_null(0), legacy=pl.lit(False))
     rows = rows.filter(pl.col("_n") > 0).sort(*CELL)
     parts = [
         f"{r['placement']}/{r['cache']} {r['context_tokens']} t{r['turn']}: {r['_n']}"
         for r in rows.iter_rows(named=True)
     ]
-    return ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
+    text = ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
+    if rows["legacy"].any():
+        text += " (store without cache_failures: counted from divergences and needle grades)"
+    return text
 
 
 def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[dict[str, Any]]:

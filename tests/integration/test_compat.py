@@ -37,6 +37,10 @@ def test_old_runs_load_and_report(run_dir: Path, tmp_path: Path) -> None:
     report = write_report(copy)
     text = report.read_text()
     assert "SIMULATED" in text and "Headline" in text
+    # No prompt digests before schema 2: prompts are matched by block salt, session and
+    # turn (every block of these runs shared one salt), and the report says so.
+    assert "Prompts were matched by block salt, session and turn" in text
+    assert "passed: all 12 ON answers" in text and summary["cache_failures"].sum() == 0
 
 
 def test_old_store_checks_and_takes_old_runs(tmp_path: Path) -> None:
@@ -44,6 +48,7 @@ def test_old_store_checks_and_takes_old_runs(tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "store", store)
     result = trend_check(store)
     assert result.series > 0
+    assert result.findings.filter(pl.col("metric") == "cache_failures").is_empty()
     assert sum(result.groups.values()) == 2  # one night in each of two folders
     # The same runs again: already stored, nothing is written.
     assert trend_add(RUNS, store) == []

@@ -7,12 +7,19 @@ data line), ``truncated`` (ends without [DONE]), ``stall`` (sends headers, then
 nothing), ``reasoning`` (reasoning deltas before content), ``empty`` (no content).
 Mode can also be chosen per request with the ``X-Fake-Mode`` header or per turn via
 ``fail_on`` (a predicate on the request number).
+
+``deterministic=True`` makes the ``ok`` answer a function of the prompt, the way a
+greedy model's is: its words, token ids and logprobs (returned when the body asks for
+``logprobs``, as ``token_id:N`` tokens) come from a hash of the messages or prompt, so
+the same prompt gets the same answer on every replica and different prompts differ.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -24,6 +31,32 @@ def _chunk(obj: dict[str, object]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+def answer_of(body: dict[str, Any], chunks: int) -> list[tuple[str, int, float]]:
+    """The deterministic answer to a request: (piece, token id, logprob) per chunk."""
+    prompt = orjson.dumps(body.get("messages") or body.get("prompt"), option=orjson.OPT_SORT_KEYS)
+    out = []
+    for i in range(chunks):
+        h = int.from_bytes(hashlib.blake2b(prompt + bytes([i]), digest_size=8).digest(), "little")
+        token = 1000 + h % 50_000
+        out.append((f" w{token}", token, -((h >> 20) % 1000) / 2000.0))
+    return out
+
+
+def _choice(chat: bool, piece: str, token: int | None, lp: float | None) -> dict[str, Any]:
+    """One streamed choice; with logprobs when ``token`` is given (vLLM's token-id form)."""
+    choice: dict[str, Any] = (
+        {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+    )
+    if token is not None:
+        name = f"token_id:{token}"
+        choice["logprobs"] = (
+            {"content": [{"token": name, "logprob": lp}]}
+            if chat
+            else {"tokens": [name], "token_logprobs": [lp]}
+        )
+    return choice
+
+
 def make_app(
     mode: str = "ok",
     *,
@@ -31,6 +64,7 @@ def make_app(
     chunks: int = 4,
     fail_on: Callable[[int], str | None] | None = None,
     model: str = "sim-27b",
+    deterministic: bool = False,
 ) -> web.Application:
     state = {"n": 0}
 
@@ -58,15 +92,15 @@ def make_app(
                 await asyncio.sleep(0.01)
         if current == "malformed":
             await resp.write(b"data: {not json\n\n")
+        answer = answer_of(body, chunks) if deterministic else None
+        logprobs = bool(body.get("logprobs"))
         for i in range(0 if current == "empty" else chunks):
             if current == "reset" and i == 1:
                 assert request.transport is not None
                 request.transport.close()
                 return resp
-            piece = f" tok{i}"
-            choice = (
-                {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
-            )
+            piece, token, lp = answer[i] if answer else (f" tok{i}", None, None)
+            choice = _choice(chat, piece, token if logprobs else None, lp)
             await resp.write(_chunk({"choices": [choice]}))
         if current == "truncated":
             return resp

@@ -58,6 +58,10 @@ class SyntheticSpec:
     probe: str = "none"  # none | needle | equivalence
     needle_wrong: int = 0  # last sessions answer wrong at turn 6 in alternate's first ON block
     diverge: int = 0  # last sessions' turn-4 output differs in alternate's first ON block
+    off_diverge: int = 0  # first sessions' turn-4 output differs in alternate's last OFF block
+    needle_off_wrong: int = 0  # first sessions answer wrong at turn 5 in alternate's OFF blocks
+    block_salts: bool = False  # every block its own salt (targets that cannot restart)
+    schema_version: int = fmt.SCHEMA_VERSION  # 1: no prompt_digest (records before schema 2)
     shared_prefix_tokens: int = 0
     warmup: int = 2  # warm-up rows per block, with an absurd TTFT so a leak shows
     started: datetime = datetime(2026, 11, 30, 14, 0, 0, tzinfo=UTC)
@@ -103,6 +107,10 @@ def _hits(spec: SyntheticSpec, placement: str, cache: str, ctx: int, turn: int) 
     return local, external
 
 
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
 def _request_row(
     spec: SyntheticSpec, rng: np.random.Generator, base: dict[str, Any], session_factor: float
 ) -> dict[str, Any]:
@@ -136,7 +144,8 @@ def _request_row(
         http_status=200,
         local_hit_tokens=local,
         external_hit_tokens=external,
-        output_digest=hashlib.sha256(f"{base['session_id']}/{turn}".encode()).hexdigest()[:16],
+        output_digest=_digest(base["salt"], base["session_id"], turn),
+        prompt_digest=_digest("prompt", base["salt"], base["session_id"], turn),
         output_text="The answer is ...",
         first_logprob=-0.125,
         loop_lag_flag=False,
@@ -160,6 +169,12 @@ def _plant(spec: SyntheticSpec, row: dict[str, Any]) -> dict[str, Any] | None:
         row["answer_correct"] = False
     if alt_on_first and turn == 4 and s >= spec.sessions - spec.diverge:
         row.update(output_digest="ffffffffffffffff", first_logprob=-2.5)
+    alt_off = row["placement"] == "alternate" and row["cache"] == "off"
+    alt_off_last = alt_off and row["block_in_placement"] == len(spec.blocks) - 1
+    if alt_off_last and turn == 4 and s < spec.off_diverge:
+        row.update(output_digest="0ff0ff0ff0ff0ff0", first_logprob=-3.5)
+    if alt_off and turn == 5 and s < spec.needle_off_wrong:
+        row["answer_correct"] = False
     if spec.contaminate and row["placement"] == "alternate":
         if alt_on_first and turn == 1 and s < 2:
             row.update(cached_tokens=4096, local_hit_tokens=4096)
@@ -191,6 +206,7 @@ def _rows(spec: SyntheticSpec, run_id: str) -> tuple[list[dict[str, Any]], list[
     for p_i, placement in enumerate(spec.placements):
         for bip, cache in enumerate(spec.blocks):
             block = p_i * len(spec.blocks) + bip
+            salt = f"salt-{spec.seed}" + (f"-b{block}" if spec.block_salts else "")
             start = spec.started + timedelta(seconds=clock)
             common = dict(run_id=run_id, block=block, block_in_placement=bip, placement=placement)
             for w in range(spec.warmup):
@@ -224,6 +240,7 @@ def _rows(spec: SyntheticSpec, run_id: str) -> tuple[list[dict[str, Any]], list[
                             warmup=False,
                             send_s=clock,
                             last_off=(bip == last_off),
+                            salt=salt,
                         )
                         row = _plant(spec, _request_row(spec, rng, base, factors[(ctx, s)]))
                         if row is not None:
@@ -236,6 +253,7 @@ def _rows(spec: SyntheticSpec, run_id: str) -> tuple[list[dict[str, Any]], list[
                     placement=placement,
                     cache=cache,
                     block_in_placement=bip,
+                    salt=salt,
                     status="ok",
                     started_at=start.isoformat(),
                     ended_at=end.isoformat(),
@@ -296,11 +314,14 @@ def write_run(root: Path, spec: SyntheticSpec | None = None, run_id: str | None 
     run_dir = Path(root) / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     rows, blocks = _rows(spec, run_id)
-    records.atomic_write_parquet(run_dir / "requests.parquet", rows_frame(rows, fmt.REQUEST_SCHEMA))
+    requests = rows_frame(rows, fmt.REQUEST_SCHEMA)
+    if spec.schema_version < 2:
+        requests = requests.drop("prompt_digest", "server_ttft_s")
+    records.atomic_write_parquet(run_dir / "requests.parquet", requests)
     records.atomic_write_parquet(run_dir / "metrics.parquet", _metrics(run_id, blocks))
     kind = "sim" if spec.simulated else "endpoints"
     manifest = {
-        "schema_version": fmt.SCHEMA_VERSION,
+        "schema_version": spec.schema_version,
         "run_id": run_id,
         "scenario_name": spec.name,
         "scenario": scen.to_dict(),

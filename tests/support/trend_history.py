@@ -4,6 +4,8 @@ Each night is a frame shaped like :func:`sessiongen.analysis.latency.run_summary
 levels: median TTFT per (placement, cache, context, turn) times lognormal night noise,
 its 95% interval consistent with that noise, and the speedup OFF/ON likewise. A
 :class:`Night` plants effects: a slowdown of some cells, a speedup change, counts.
+``legacy`` nights are written as stores were before ``cache_failures`` existed (no
+correctness columns but ``divergences`` and the needle grades).
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ class Night:
     speedup: Factors = field(default_factory=dict)  # speedup multipliers (cache is "on")
     noise: float = 0.05
     contamination: int = 0
-    divergences: int = 0
+    divergences: int = 0  # on turn 2: ON rows (legacy: both arms' rows)
     errors: int = 0
-    needle_wrong: int = 0
+    needle_wrong: int = 0  # wrong needle answers on the last turn, ON rows
+    needle_off_wrong: int = 0  # the same, OFF rows
+    cache_failures: int = 0  # on turn 2, ON rows
+    off_inconsistent: int = 0  # on turn 2, OFF rows
+    legacy: bool = False  # written without the correctness columns of today
     missing: Sequence[tuple[str, str, int]] = ()  # cells absent this night
     versions: Mapping[str, str] = field(default_factory=dict)  # on top of the defaults
 
@@ -91,9 +97,14 @@ def summary_frame(
                         "speedup_ci_low": None,
                         "speedup_ci_high": None,
                         "contamination": night.contamination if cache == "off" and turn == 1 else 0,
-                        "divergences": night.divergences if turn == 2 else 0,
+                        "divergences": _on_turn(night.divergences, 2, turn, cache, night),
                         "needle_graded": 16,
-                        "needle_correct": 16 - (night.needle_wrong if turn == turns else 0),
+                        "needle_correct": 16 - _needles_wrong(night, cache, turn, turns),
+                        "cache_failures": night.cache_failures if (cache, turn) == ("on", 2) else 0,
+                        "off_inconsistent": night.off_inconsistent
+                        if (cache, turn) == ("off", 2)
+                        else 0,
+                        "on_only": 0,
                     }
                     if cache == "on":
                         s = (
@@ -104,7 +115,23 @@ def summary_frame(
                         s *= math.exp(rng.normal(0.0, night.noise))
                         row.update(speedup=s, speedup_ci_low=s / half, speedup_ci_high=s * half)
                     rows.append(row)
-    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+    frame = pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+    return frame.drop(*NEW_COLUMNS) if night.legacy else frame
+
+
+def _on_turn(count: int, at: int, turn: int, cache: str, night: Night) -> int:
+    """``count`` on turn ``at``: on ON rows, or on both arms' rows for legacy nights."""
+    return count if turn == at and (cache == "on" or night.legacy) else 0
+
+
+def _needles_wrong(night: Night, cache: str, turn: int, turns: int) -> int:
+    if turn != turns:
+        return 0
+    return night.needle_wrong if cache == "on" else night.needle_off_wrong
+
+
+#: Summary columns that stores written before ``cache_failures`` lack.
+NEW_COLUMNS = ("cache_failures", "off_inconsistent", "on_only")
 
 
 SUMMARY_SCHEMA: dict[str, pl.DataType] = {
@@ -125,6 +152,9 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "divergences": pl.UInt32(),
     "needle_graded": pl.UInt32(),
     "needle_correct": pl.UInt32(),
+    "cache_failures": pl.UInt32(),
+    "off_inconsistent": pl.UInt32(),
+    "on_only": pl.UInt32(),
 }
 
 

@@ -162,9 +162,15 @@ def test_correctness_needles_and_divergence(clean: analysis.Run, faulty: analysi
     ]
     assert analysis.divergence_counts(clean)["diverged"].sum() == 0
     counts = analysis.divergence_counts(faulty).filter(pl.col("diverged") > 0)
-    columns = ("placement", "turn", "diverged", "ids_differ", "arms_differ", "logprob_beyond_tol")
-    assert counts.select(columns).rows() == [("alternate", 4, 2, 2, 2, 2)]
+    columns = ("placement", "turn", "diverged", "ids_differ", "logprob_beyond_tol")
+    assert counts.select(columns).rows() == [("alternate", 4, 2, 2, 2)]
     assert counts["max_logprob_diff"].item() > 1.0
+    # Against OFF on the same prompt: the needles ON missed where OFF was right are cache
+    # failures; outputs that differ outside an equivalence run are not.
+    verdicts = analysis.correctness(faulty)
+    assert (verdicts.needles.failures, verdicts.cache_failures) == (3, 3)
+    assert verdicts.needles.verdict == "cache failure"
+    assert verdicts.equivalence.failures == 2
 
 
 def test_session_speedup_counts_complete_sessions(faulty: analysis.Run) -> None:
@@ -184,7 +190,9 @@ def test_run_summary_shape_and_speedup_on_rows_only(faulty: analysis.Run) -> Non
     on = summary.filter(pl.col("cache") == "on").sort("placement", "turn")
     speed = analysis.speedup_table(faulty).sort("placement", "turn")
     assert on["speedup"].to_list() == speed["speedup"].to_list()
-    assert summary["divergences"].sum() == 4  # 2 sessions, shown on both cache rows
+    assert summary["divergences"].sum() == 2  # 2 ON answers, on the ON row
+    assert summary["cache_failures"].sum() == 3  # the needles (divergences: not this probe)
+    assert summary.filter(pl.col("cache") == "off")["cache_failures"].sum() == 0
 
 
 def test_multiple_context_sizes_are_kept_apart(tmp_path: Path) -> None:

@@ -75,7 +75,8 @@ def test_problems_come_first(faulty_report: Path, clean_report: Path) -> None:
     text = faulty_report.read_text()
     order = [
         text.index("## Problems"),
-        text.index("Correctness: 2 needle answers wrong."),
+        text.index("Correctness (cache failure): 2 of"),
+        text.index("needle answers wrong in the ON arm where the OFF arm answered the same"),
         text.index("Contamination: 3 requests"),
         text.index("Request errors: 1."),
         text.index("## Headline"),

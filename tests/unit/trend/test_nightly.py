@@ -276,20 +276,20 @@ def test_each_run_gets_its_report(
 def test_simulated_pair_slowdown_raises_a_regression_and_steady_nights_do_not(
     tmp_path: Path,
 ) -> None:
-    # Six nights of the smoke scenario on the real simulated pair (about 3 s each):
-    # four at slowdown 1.0, then two at 1.3. A 16k context keeps the modeled prefill
-    # (2.5 s, 0.25 s wall) well above the simulator's own per-request overhead; two turns
-    # skip the local-hit turn, whose few wall milliseconds are mostly that overhead; one
-    # session at a time keeps a session's turn 2 from queueing behind the other's turn 1
-    # on the same replica, which made some nights' ON turn 2 twice as slow.
+    # Six nights of the smoke scenario on the real simulated pair (about 4 s each):
+    # four at slowdown 1.0, then two at 1.3. Modeled time runs in real time (time scale
+    # 1) so that a millisecond of lateness on a busy machine is a millisecond, not
+    # tens: the smallest cell (turn 2 through the pool, 4k context) takes about 70 ms.
+    # Two turns skip the local-hit turn; one session at a time keeps a session's turn 2
+    # from queueing behind the other's turn 1.
     store, runs = tmp_path / "store", tmp_path / "runs"
     sets = [
         "sessions.count=2",
         "sessions.turns=2",
-        "sessions.initial_context_tokens=16384",
+        "sessions.initial_context_tokens=4096",
         'design.blocks=["off","on"]',
         "design.warmup_requests=1",
-        "target.sim.time_scale=0.1",
+        "target.sim.time_scale=1.0",
         "driver.concurrency=1",
     ]
     results = []
