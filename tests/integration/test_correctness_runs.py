@@ -37,7 +37,9 @@ FAULT = ["driver.concurrency=1", "target.sim.pool_corruption=1.0", *DESIGNS["off
 
 def replay(tmp_path: Path, *sets: str, endpoints: list[str] | None = None) -> Result:
     """``sessiongen replay smoke.toml`` through click's runner, no progress, no report."""
+    # Correctness is about answers, not time: the simulator runs 20x faster than modeled.
     args = ["replay", SMOKE, "--runs-dir", str(tmp_path), "--no-progress", "--no-report"]
+    args += ["--set", "target.sim.time_scale=0.05"]
     if endpoints:
         args += ["--endpoints", ",".join(endpoints), "--cache", "on"]
     for item in sets:

@@ -111,6 +111,7 @@ def test_four_simulated_replicas(tmp_path: Path) -> None:
             "sessions.turns=4",
             'design.blocks=["off","on"]',
             "load.levels=[4]",
+            "target.sim.time_scale=0.05",
         ],
     )
     out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False))

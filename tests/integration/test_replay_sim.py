@@ -149,7 +149,12 @@ def test_results_are_readable_by_others_under_the_usual_umask(tmp_path: Path) ->
     try:
         sc = scenario.load(
             ROOT / "scenarios/smoke.toml",
-            ['design.blocks=["off"]', 'design.cache=["off"]', "sessions.count=1"],
+            [
+                'design.blocks=["off"]',
+                'design.cache=["off"]',
+                "sessions.count=1",
+                "target.sim.time_scale=0.05",
+            ],
         )
         out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False))
         report_md = write_report(out.run_dir)

@@ -61,7 +61,12 @@ def test_two_workers_against_endpoints(tmp_path: Path) -> None:
 def test_workers_on_the_simulated_pair_keep_answers_right(tmp_path: Path) -> None:
     sc = scenario.load(
         ROOT / "scenarios/smoke.toml",
-        ["sessions.count=4", "driver.concurrency=4", 'design.blocks=["off","on"]'],
+        [
+            "sessions.count=4",
+            "driver.concurrency=4",
+            'design.blocks=["off","on"]',
+            "target.sim.time_scale=0.05",
+        ],
     )
     out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False, workers=2))
     assert out.failed == 0
