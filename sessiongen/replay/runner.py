@@ -17,9 +17,10 @@ from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
 from sessiongen.records.format import RequestRecord
-from sessiongen.replay.placement import replica_for
+from sessiongen.replay import routing
 from sessiongen.replay.plan import BlockPlan
 from sessiongen.scenario.spec import Scenario
+from sessiongen.targets.base import ServedBy
 from sessiongen.workload.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
 
@@ -39,6 +40,8 @@ class BlockContext:
     time_scale: float  # wall seconds per modeled second of the target
     lag: LagMonitor
     emit: Emit
+    gateway: str | None = None  # routed placements: where every turn goes
+    served_by: ServedBy = ServedBy()  # how responses name the replica that served them
 
     @property
     def api_path(self) -> str:
@@ -55,12 +58,13 @@ def record_of(
     req: TurnRequest,
     res: Result,
     *,
-    replica: int,
-    cross_replica: bool,
+    replica: int | None,
+    cross_replica: bool | None,
     warmup: bool,
     queue_s: float,
     before: counters.Snapshot | None = None,
     after: counters.Snapshot | None = None,
+    replica_source: str = "placement",
 ) -> RequestRecord:
     """The record of one finished request: where it went, what it asked, what was measured."""
     plan = ctx.plan
@@ -102,6 +106,7 @@ def record_of(
         loop_lag_flag=lag_matters(ctx.lag, res),
         prompt_digest=req.prompt_digest(),
         server_ttft_s=_server_ttft_s(res),
+        replica_source=replica_source,
     )
 
 
@@ -159,32 +164,27 @@ async def run_session(ctx: BlockContext, session: Session, sem: asyncio.Semaphor
         answers: list[str] = []
         prev: int | None = None
         for turn in range(1, session.turns + 1):
-            replica = replica_for(ctx.plan.placement, session.index, turn, len(ctx.urls), sc.seed)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
-            url = ctx.urls[replica]
-            http = ctx.client.http
-            before = await counters.snapshot(http, url) if ctx.exact_counters else None
-            res = await send_turn(ctx, replica, req)
-            after = await counters.snapshot(http, url) if ctx.exact_counters else None
-            cross = prev is not None and prev != replica
+            res, served = await routing.send(ctx, req)
             ctx.emit(
                 record_of(
                     ctx,
                     req,
                     res,
-                    replica=replica,
-                    cross_replica=cross,
+                    replica=served.replica,
+                    cross_replica=routing.moved(turn, prev, served.replica),
                     warmup=False,
                     queue_s=queue_s,
-                    before=before,
-                    after=after,
+                    before=served.before,
+                    after=served.after,
+                    replica_source=served.source,
                 )
             )
             queue_s = 0.0
             if not res.ok:
                 return
             answers.append(res.text)
-            prev = replica
+            prev = served.replica
             if sc.sessions.think_time_s and turn < session.turns:
                 await asyncio.sleep(sc.sessions.think_time_s * ctx.time_scale)
 
