@@ -7,6 +7,7 @@
 - :mod:`.fidelity`: can the run be read as the cache's effect: measurement error of
   simulated runs, cold first turns that differ between arms;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
+- :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
 - :mod:`.compare`: one run against another.
 
 Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every duration is
@@ -46,6 +47,12 @@ from sessiongen.analysis.latency import (
     session_totals,
     speedup_table,
 )
+from sessiongen.analysis.routing import (
+    console_routing,
+    has_routed,
+    replica_moves,
+    routing_headline,
+)
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.analysis.summary import run_summary
 from sessiongen.records.run import Run, latest_run, load_run, resolve_run_dir
@@ -67,6 +74,7 @@ __all__ = [
     "cold_first_turns",
     "cold_turn_asymmetry",
     "compare_runs",
+    "console_routing",
     "console_table",
     "contamination",
     "contamination_expr",
@@ -75,12 +83,15 @@ __all__ = [
     "divergences",
     "drop_single_context",
     "equivalence",
+    "has_routed",
     "latest_run",
     "load_run",
     "measurement_error",
     "needle_grades",
     "paired_design",
+    "replica_moves",
     "resolve_run_dir",
+    "routing_headline",
     "run_summary",
     "session_speedup",
     "session_totals",

@@ -47,6 +47,7 @@ from sessiongen.report.document import (
     to_html,
     to_markdown,
 )
+from sessiongen.report.routing import routing_section
 
 __all__ = ["SUMMARY_COLUMNS", "Run", "load_run", "summary_frame", "write_report"]
 
@@ -590,6 +591,7 @@ def build_blocks(
     return [
         *_header(run),
         *_problems(run, frames),
+        *routing_section(run, boot),
         *_headline(frames, figures, boot),
         *_details(frames, figures),
         *_fidelity(frames),
