@@ -14,8 +14,9 @@ Definitions
   replica is unknown are left out (``transitions`` counts those kept).
 - **Per-turn gain**: the pool's speedup on turns 2 and later, pooled: median TTFT with
   the cache off / with it on over all those turns, with the session-paired bootstrap
-  interval of :func:`~sessiongen.analysis.latency.speedup_table`; ``turn_gain_min`` and
-  ``turn_gain_max`` give the range of the single turns' speedups.
+  interval of :func:`~sessiongen.analysis.latency.speedup_table`: the typical later
+  turn. ``turn_gain_min`` and ``turn_gain_max`` give the range of the single turns'
+  speedups, ``best_turn`` the turn of the largest (where the pool mattered most).
 - **Session gain**: :func:`~sessiongen.analysis.latency.session_speedup` (total time of
   complete sessions, off / on).
 - **The pool's gain survives** the placement when the session gain's interval lies
@@ -113,8 +114,13 @@ def later_turn_gain(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.Data
     )
     ranges = (
         speedup_table(later, boot=boot)
+        .drop_nulls("speedup")
         .group_by(_KEYS)
-        .agg(turn_gain_min=pl.col("speedup").min(), turn_gain_max=pl.col("speedup").max())
+        .agg(
+            turn_gain_min=pl.col("speedup").min(),
+            turn_gain_max=pl.col("speedup").max(),
+            best_turn=pl.col("turn").sort_by("speedup").last(),
+        )
     )
     return table.join(ranges, on=_KEYS, how="left", nulls_equal=True)
 
@@ -178,6 +184,7 @@ def routing_headline(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.Dat
         "turn_gain_ci_high",
         "turn_gain_min",
         "turn_gain_max",
+        "best_turn",
         "session_gain",
         "session_gain_ci_low",
         "session_gain_ci_high",
@@ -204,7 +211,15 @@ def console_routing(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> str | N
         return None
     table = routing_headline(run, boot=boot)
     multi = table["context_tokens"].n_unique() > 1
-    header = ["placement", "moved", "known", "turns 2+ gain", "session gain", "pool pays"]
+    header = [
+        "placement",
+        "moved",
+        "known",
+        "turns 2+ gain (median)",
+        "best turn",
+        "session gain",
+        "pool pays",
+    ]
     rows = [header]
     for r in table.iter_rows(named=True):
         name = r["placement"] + (f" @{r['context_tokens']}" if multi else "")
@@ -215,6 +230,9 @@ def console_routing(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> str | N
                 _pct(r["moved_share"]),
                 _pct(r["known_share"]),
                 _gain(r["turn_gain"], r["turn_gain_ci_low"], r["turn_gain_ci_high"]),
+                "-"
+                if r["best_turn"] is None
+                else f"{r['turn_gain_max']:.2f}x (turn {r['best_turn']})",
                 _gain(r["session_gain"], r["session_gain_ci_low"], r["session_gain_ci_high"]),
                 survives,
             ]
