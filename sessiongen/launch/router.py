@@ -25,11 +25,9 @@ from __future__ import annotations
 import atexit
 import importlib.metadata
 import importlib.util
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,6 @@ ROUTER_ENV: dict[str, str] = {"RUST_LOG": "warn"}
 """Set for the router: only warnings and errors in its log (INFO is a line per request)."""
 
 _STOP_GRACE_S = 10.0
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def require_router() -> None:
@@ -187,11 +184,7 @@ class ManagedRouter:
 
     def _check_workers(self, url: str) -> None:
         """Readiness needs one healthy worker; a measurement needs them all."""
-        try:
-            with _OPENER.open(url + "/readiness", timeout=5) as resp:
-                state: Any = json.loads(resp.read())
-        except (OSError, ValueError) as exc:
-            raise EndpointError(f"vllm-router at {url}: /readiness unreadable: {exc}") from None
+        state = net.http_json(url + "/readiness")
         healthy = state.get("healthy_workers") if isinstance(state, dict) else None
         if healthy != len(self.worker_urls):
             raise EndpointError(
