@@ -232,7 +232,7 @@ class TargetSpec:
         for key, url in urls:
             if not re.match(r"^https?://[^/\s]+", url):
                 raise ValueError(f"{key}: expected http(s)://host:port, got {url!r}")
-        if self.replica_names and len(self.replica_names) != len(self.endpoints):
+        if self.endpoints and self.replica_names and len(self.replica_names) != len(self.endpoints):
             raise ValueError("replica_names: expected one name per endpoint")
 
 

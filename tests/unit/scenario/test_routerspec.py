@@ -81,3 +81,12 @@ def test_a_gateway_makes_an_endpoints_target_in_one_cache_arm() -> None:
     assert isinstance(target, EndpointsTarget)
     assert target.urls == [] and target.routers.gateway == "http://127.0.0.1:9"
     assert target.served_by.header == "X-Served-By" and target.served_by.names == ()
+
+
+def test_replica_names_are_checked_against_the_endpoints_given() -> None:
+    sc = scenario.from_dict({"name": "r", "target": {"replica_names": ["a", "b"]}})
+    with pytest.raises(UserError, match=r"one name per endpoint \(1\), got 2"):
+        make_target(sc, endpoints=["http://127.0.0.1:9"], cache="on")
+    target = make_target(sc, endpoints=["http://127.0.0.1:9", "http://127.0.0.1:10"], cache="on")
+    assert isinstance(target, EndpointsTarget)
+    assert target.served_by.fingerprint and target.served_by.names == ("a", "b")
