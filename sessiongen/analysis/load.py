@@ -211,12 +211,13 @@ def _peaks(block: pl.DataFrame, shared: int) -> tuple[int, int]:
     for send, _end, session, replica, size in events:
         live = {s: t for s, t in live.items() if ends[s] >= send}
         live[session] = int(size)
-        visited.setdefault(session, set()).add(int(replica))
+        if replica is not None:  # a router may have left it unknown
+            visited.setdefault(session, set()).add(int(replica))
         total = sum(live.values())
         peak_all = max(peak_all, total + (shared if live else 0))
         per: dict[int, int] = {}
         for s, t in live.items():
-            for r in visited[s]:
+            for r in visited.get(s, ()):
                 per[r] = per.get(r, 0) + t
         peak_replica = max(peak_replica, max(per.values(), default=0))
     return peak_all, peak_replica

@@ -9,6 +9,7 @@ that vLLM's workers open; a port below the range is never handed out that way.
 from __future__ import annotations
 
 import errno
+import json
 import random
 import socket
 import time
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from sessiongen.errors import EndpointError
 
@@ -74,6 +76,15 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def http_json(url: str, timeout_s: float = 5.0) -> Any:
+    """``GET url`` decoded as JSON; an :class:`EndpointError` when it cannot be read."""
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise EndpointError(f"{url}: unreadable: {exc}") from None
 
 
 def wait_healthy(

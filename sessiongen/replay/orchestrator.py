@@ -38,7 +38,7 @@ from sessiongen.records.format import (
     RequestRecord,
     merge_facts,
 )
-from sessiongen.replay import runner, workers
+from sessiongen.replay import routing, runner, workers
 from sessiongen.replay.plan import BlockPlan, load_levels, plan_blocks
 from sessiongen.replay.progress import BlockProgress
 from sessiongen.scenario.spec import Scenario
@@ -213,7 +213,9 @@ class _Replay:
         self.recorder.save_manifest()
         try:
             urls = await self.target.open_block(plan.cache)
-            for url in urls:  # no measured request pays for connection setup
+            gateway = await self.open_gateway(plan)
+            for url in [*urls, *([gateway] if gateway else [])]:
+                # no measured request pays for connection setup
                 await client.prewarm(url, min(self._in_flight(plan), 256))
         except EndpointError as exc:
             # Replicas that cannot start fail this block only; the next one starts afresh.
@@ -231,6 +233,8 @@ class _Replay:
             time_scale=self.target.time_scale,
             lag=self.lag,
             emit=self.on_record,
+            gateway=gateway,
+            served_by=self.target.served_by,
         )
         try:
             await self.snapshot_all(ctx, "before")
@@ -280,6 +284,15 @@ class _Replay:
         while True:
             await asyncio.sleep(every_s)
             await self.snapshot_all(ctx, "during")
+
+    async def open_gateway(self, plan: BlockPlan) -> str | None:
+        """The block's router (routed placements), or None; the block is closed again
+        when its router cannot start."""
+        try:
+            return await self.target.open_gateway(plan.placement)
+        except BaseException:
+            await self.target.close_block()
+            raise
 
     async def snapshot_all(self, ctx: runner.BlockContext, moment: str) -> None:
         """Every replica's counters, kept as counter records."""
@@ -352,6 +365,29 @@ class _Replay:
                             after=after,
                         )
                     )
+        if ctx.gateway is not None:
+            await self.warmup_gateway(ctx, builder)
+
+    async def warmup_gateway(self, ctx: runner.BlockContext, builder: SessionBuilder) -> None:
+        """Warm-ups through the block's router as well, each its own session, so that its
+        connections to the replicas are open before the first measured turn."""
+        for i in range(self.scenario.design.warmup_requests * max(1, len(ctx.urls))):
+            req = builder.warmup(f"b{ctx.plan.block}-gw-{i}", self.warmup_tokens())
+            res, served = await routing.send(ctx, req)
+            self.on_record(
+                runner.record_of(
+                    ctx,
+                    req,
+                    res,
+                    replica=served.replica,
+                    cross_replica=False,
+                    warmup=True,
+                    queue_s=0.0,
+                    before=served.before,
+                    after=served.after,
+                    replica_source=served.source,
+                )
+            )
 
     def on_record(self, record: RequestRecord) -> None:
         """Keep a finished request's record; count it; move the progress bar."""

@@ -5,6 +5,9 @@
 - ``fixed``: every turn of session s on replica s mod N;
 - ``random``: each turn on a replica drawn uniformly, seeded by (seed, s, k);
 - ``move-at:K``: fixed on s mod N for turns 1..K-1, then on the next replica from turn K.
+
+In ``router:POLICY`` and ``gateway`` placements a router picks the replica instead (see
+:mod:`sessiongen.replay.routing`); :func:`replica_for` has no answer for them.
 """
 
 from __future__ import annotations

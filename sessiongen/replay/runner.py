@@ -17,10 +17,11 @@ from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
 from sessiongen.records.format import RequestRecord
+from sessiongen.replay import routing
 from sessiongen.replay.arrivals import arrival_offsets, think_times
-from sessiongen.replay.placement import replica_for
 from sessiongen.replay.plan import BlockPlan
 from sessiongen.scenario.spec import Scenario
+from sessiongen.targets.base import ServedBy
 from sessiongen.workload.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
 
@@ -40,6 +41,8 @@ class BlockContext:
     time_scale: float  # wall seconds per modeled second of the target
     lag: LagMonitor
     emit: Emit
+    gateway: str | None = None  # routed placements: where every turn goes
+    served_by: ServedBy = ServedBy()  # how responses name the replica that served them
 
     @property
     def api_path(self) -> str:
@@ -63,14 +66,15 @@ def record_of(
     req: TurnRequest,
     res: Result,
     *,
-    replica: int,
-    cross_replica: bool,
+    replica: int | None,
+    cross_replica: bool | None,
     warmup: bool,
     queue_s: float,
     before: counters.Snapshot | None = None,
     after: counters.Snapshot | None = None,
     arrival_s: float | None = None,
     think_s: float | None = None,
+    replica_source: str = "placement",
 ) -> RequestRecord:
     """The record of one finished request: where it went, what it asked, what was measured.
 
@@ -124,6 +128,7 @@ def record_of(
         arrival_s=arrival_s,
         think_s=think_s,
         hit_source=source,
+        replica_source=replica_source,
     )
 
 
@@ -211,34 +216,29 @@ async def run_session(
         for turn in range(1, session.turns + 1):
             if pauses[turn - 1]:
                 await asyncio.sleep(pauses[turn - 1] * scale)
-            replica = replica_for(ctx.plan.placement, session.index, turn, len(ctx.urls), sc.seed)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
-            url = ctx.urls[replica]
-            http = ctx.client.http
-            before = await counters.snapshot(http, url) if ctx.exact_counters else None
-            res = await send_turn(ctx, replica, req)
-            after = await counters.snapshot(http, url) if ctx.exact_counters else None
-            cross = prev is not None and prev != replica
+            res, served = await routing.send(ctx, req)
             ctx.emit(
                 record_of(
                     ctx,
                     req,
                     res,
-                    replica=replica,
-                    cross_replica=cross,
+                    replica=served.replica,
+                    cross_replica=routing.moved(turn, prev, served.replica),
                     warmup=False,
                     queue_s=queue_s,
-                    before=before,
-                    after=after,
+                    before=served.before,
+                    after=served.after,
                     arrival_s=None if offset_s is None else offset_s * scale,
                     think_s=pauses[turn - 1] * scale,
+                    replica_source=served.source,
                 )
             )
             queue_s = 0.0
             if not res.ok:
                 return
             answers.append(res.text)
-            prev = replica
+            prev = served.replica
 
 
 async def _sleep_until(deadline_ns: int) -> None:

@@ -31,6 +31,7 @@ from sessiongen.records.format import RequestRecord
 from sessiongen.replay.plan import BlockPlan
 from sessiongen.replay.runner import BlockContext, run_sessions
 from sessiongen.scenario.spec import Scenario, from_dict
+from sessiongen.targets.base import ServedBy
 from sessiongen.workload.sessions import Session, SessionBuilder
 from sessiongen.workload.textgen import generator_for
 
@@ -56,6 +57,8 @@ class WorkerJob:
     time_scale: float
     concurrency: int
     indices: tuple[int, ...]
+    gateway: str | None = None
+    served_by: ServedBy = ServedBy()
 
 
 def split_concurrency(concurrency: int, workers: int) -> list[int]:
@@ -69,7 +72,8 @@ def _worker_main(job: WorkerJob, out: Any, go: Any) -> None:
     """Entry point of one worker (a spawned process)."""
     try:
         sc = from_dict(job.scenario, job.source)
-        gen = generator_for(sc.model.tokenizer, server_url=job.urls[0], model=sc.model.name)
+        server = job.urls[0] if job.urls else job.gateway
+        gen = generator_for(sc.model.tokenizer, server_url=server, model=sc.model.name)
         mine = set(job.indices)
         sessions = [s for s in SessionBuilder(sc, job.salt, gen).sessions() if s.index in mine]
         for s in sessions:
@@ -86,7 +90,7 @@ async def _run(sc: Scenario, job: WorkerJob, sessions: list[Session], out: Any) 
     lag = LagMonitor(threshold_s=0.001, warn=False)
     lag_task = asyncio.create_task(lag.run())
     async with Client(job.concurrency, sc.driver.connect_timeout_s) as client:
-        for url in job.urls:
+        for url in [*job.urls, *([job.gateway] if job.gateway else [])]:
             await client.prewarm(url, job.concurrency)
         ctx = BlockContext(
             scenario=sc,
@@ -98,6 +102,8 @@ async def _run(sc: Scenario, job: WorkerJob, sessions: list[Session], out: Any) 
             time_scale=job.time_scale,
             lag=lag,
             emit=lambda record: out.put(("record", job.worker, record)),
+            gateway=job.gateway,
+            served_by=job.served_by,
         )
         await run_sessions(ctx, sessions, job.concurrency)
     lag_task.cancel()
@@ -132,6 +138,8 @@ async def run_in_workers(
         time_scale=ctx.time_scale,
         concurrency=1,
         indices=(),
+        gateway=ctx.gateway,
+        served_by=ctx.served_by,
     )
     procs = []
     for k in range(workers):

@@ -2,6 +2,7 @@
 
 - :mod:`.document`: blocks rendered to Markdown and to one self-contained HTML file;
 - :mod:`.plots`: the run's figures;
+- :mod:`.routing`: the section on routers (runs with routed placements);
 - :mod:`.write`: :func:`write_report`.
 """
 

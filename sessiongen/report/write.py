@@ -50,6 +50,7 @@ from sessiongen.report.document import (
     to_markdown,
 )
 from sessiongen.report.loadsection import is_load_run, load_section
+from sessiongen.report.routing import routing_section
 
 __all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
 
@@ -490,6 +491,7 @@ def build_blocks(
     return [
         *_header(run),
         *_problems(run, frames),
+        *routing_section(run, boot),
         *_headline(frames, figures, boot),
         *_details(frames, figures),
         *_fidelity(frames),

@@ -21,6 +21,13 @@ import orjson
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.scenario import schema
+from sessiongen.scenario.routerspec import (
+    GATEWAY,
+    ROUTER_POLICIES,
+    RouterSpec,
+    check_header_name,
+    router_policy,
+)
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.simprofile import SimProfile
 
@@ -37,8 +44,13 @@ def _check_policies(value: tuple[str, ...]) -> str | None:
     if not value:
         return "expected at least one placement policy"
     for item in value:
+        if router_policy(item) in ROUTER_POLICIES or item == GATEWAY:
+            continue
         if not PLACEMENT_RE.match(item):
-            return "expected policies among alternate, fixed, random, move-at:K (K >= 1)"
+            return (
+                "expected policies among alternate, fixed, random, move-at:K (K >= 1), "
+                f"gateway, router:POLICY (POLICY: {', '.join(ROUTER_POLICIES)}), got {item!r}"
+            )
     if len(set(value)) != len(value):
         return "expected each policy once"
     return None
@@ -126,7 +138,9 @@ class PlacementSpec:
     policies: tuple[str, ...] = spec(
         ("alternate", "fixed"),
         check=_check_policies,
-        doc="alternate | fixed | random | move-at:K",
+        doc="alternate | fixed | random | move-at:K (the client picks the replica); "
+        "router:POLICY (a vllm-router started per block) | gateway (target.gateway) "
+        "(a router picks it; see [target.router])",
     )
 
 
@@ -249,15 +263,35 @@ class TargetSpec:
     cache: Literal["on", "off"] | None = spec(
         None, doc="which cache arm the given endpoints are in (kind = endpoints)"
     )
+    gateway: str | None = spec(
+        None, doc="an existing router's base URL: placement gateway sends every turn there"
+    )
+    replica_header: str | None = spec(
+        None,
+        check=check_header_name,
+        doc="kind = endpoints: a response header naming the replica that served a request",
+    )
+    replica_names: tuple[str, ...] = spec(
+        (),
+        doc="kind = endpoints: what each endpoint calls itself in replica_header or in "
+        "system_fingerprint, in endpoints order (default: its index, or its URL)",
+    )
     sim: SimProfile = field(default_factory=SimProfile)
     managed: ManagedSpec = field(default_factory=ManagedSpec)
+    router: RouterSpec = field(default_factory=RouterSpec)
 
     def __post_init__(self) -> None:
-        if self.kind == "endpoints" and not self.endpoints:
-            raise ValueError("endpoints: expected at least one URL when kind = endpoints")
-        for url in self.endpoints:
+        if self.kind == "endpoints" and not (self.endpoints or self.gateway):
+            raise ValueError(
+                "endpoints: expected at least one URL (or a gateway) when kind = endpoints"
+            )
+        urls = [("endpoints", url) for url in self.endpoints]
+        urls += [("gateway", self.gateway)] if self.gateway is not None else []
+        for key, url in urls:
             if not re.match(r"^https?://[^/\s]+", url):
-                raise ValueError(f"endpoints: expected http(s)://host:port, got {url!r}")
+                raise ValueError(f"{key}: expected http(s)://host:port, got {url!r}")
+        if self.endpoints and self.replica_names and len(self.replica_names) != len(self.endpoints):
+            raise ValueError("replica_names: expected one name per endpoint")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@
 - :mod:`.sim`: the embedded simulated replicas (a model, not a real server);
 - :mod:`.endpoints`: existing replicas the user names, all in one cache arm;
 - :mod:`.managed`: real vLLM + LMCache replicas that sessiongen starts and stops;
+- :mod:`.router`: the router in front of any of them (a vllm-router per ``router:POLICY``
+  block, or the user's gateway), which each target holds;
 - :mod:`.make`: :func:`make_target`, which of them a replay uses.
 """
 

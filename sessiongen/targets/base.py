@@ -6,10 +6,27 @@ class that satisfies :class:`Target` (and a line in :func:`sessiongen.targets.ma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from sessiongen.records.format import BlockFacts
+
+
+@dataclass(frozen=True)
+class ServedBy:
+    """How a response names the replica that served it, where it does.
+
+    ``header``: a response header whose value names the replica (the simulator's
+    ``x-sim-replica``); ``fingerprint``: the ``system_fingerprint`` of the response's
+    final chunk names it (vLLM started with ``--fingerprint-mode custom``). ``names[i]``
+    is what replica ``i`` calls itself there; a value that is no replica's name (nor,
+    without names, a replica index) names nobody, and the replica stays unknown.
+    """
+
+    header: str | None = None
+    fingerprint: bool = False
+    names: tuple[str, ...] = ()
 
 
 class Target(Protocol):
@@ -21,6 +38,7 @@ class Target(Protocol):
     n_replicas: int
     restarts: bool  # True when every block runs on freshly started replicas
     pool_chunk_tokens: int | None  # the shared pool's chunk size, where the target knows it
+    served_by: ServedBy  # how its responses name the replica that served them
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         """The design's blocks this target can run (endpoints: only their own arm)."""
@@ -42,8 +60,15 @@ class Target(Protocol):
         """Make replicas ready for a block in cache arm ``cache``; return their base URLs."""
         ...
 
+    async def open_gateway(self, placement: str) -> str | None:
+        """Where a block of ``placement`` sends every turn: for ``router:POLICY`` a router
+        started in front of the open block's replicas, for ``gateway`` the user's
+        router; None when the client picks the replica itself."""
+        ...
+
     async def close_block(self) -> BlockFacts:
-        """End a block (stop replicas where the target restarts them); facts to record."""
+        """End a block (stop its router, and its replicas where the target restarts
+        them); facts to record."""
         ...
 
     def describe(self) -> dict[str, Any]:

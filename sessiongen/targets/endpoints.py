@@ -2,6 +2,11 @@
 
 They cannot be restarted, so each block gets its own salt and never meets a cache left
 by an earlier block or run; only the blocks of their own arm (``--cache on|off``) run.
+
+A router may stand in front of them: the user's own (``--gateway URL``, placement
+``gateway``; the replicas' URLs are then optional and serve only to find which replica
+served a turn from their counters), or a vllm-router that sessiongen starts per block
+(``router:POLICY``).
 """
 
 from __future__ import annotations
@@ -11,8 +16,12 @@ from typing import Any
 
 import aiohttp
 
-from sessiongen.errors import EndpointError
+from sessiongen.errors import EndpointError, ScenarioError
 from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.routerspec import RouterSpec, is_routed
+from sessiongen.scenario.schema import to_plain
+from sessiongen.targets.base import ServedBy
+from sessiongen.targets.router import RouterFront, router_log
 
 
 class EndpointsTarget:
@@ -24,21 +33,54 @@ class EndpointsTarget:
     restarts = False
     pool_chunk_tokens: int | None = None  # LMCache's is not visible from outside
 
-    def __init__(self, urls: list[str], cache: str, model: str) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        cache: str,
+        model: str,
+        *,
+        gateway: str | None = None,
+        placements: tuple[str, ...] = (),
+        router: RouterSpec | None = None,
+        replica_header: str | None = None,
+        replica_names: tuple[str, ...] = (),
+        source: str = "scenario",
+    ) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self.cache = cache
         self.model = model
         self.n_replicas = len(self.urls)
         self.servers: list[dict[str, Any]] = []
+        self.placements = placements
+        self.source = source
+        self.routers = RouterFront(router or RouterSpec(), gateway)
+        # Without names, a replica is named by its index (in the order of self.urls).
+        names = replica_names or tuple(str(i) for i in range(self.n_replicas))
+        self.served_by = ServedBy(
+            header=replica_header, fingerprint=bool(replica_names), names=names
+        )
+        self._log_dir: Path | None = None
+        self._blocks = 0
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return [b for b in blocks if b == self.cache]
 
     async def preflight(self, timeout_s: float = 10.0) -> None:
-        """Fail before any work when an endpoint is unreachable or lacks the model."""
+        """Fail before any work when an endpoint is unreachable or lacks the model, or a
+        placement cannot run here (client placements need the replicas' URLs)."""
+        self.routers.preflight(self.placements, source=self.source)
+        client_placed = [p for p in self.placements if not is_routed(p)]
+        if client_placed and not self.urls:
+            raise ScenarioError(
+                self.source,
+                "placement.policies",
+                f"{client_placed[0]!r} sends turns to replicas the client picks: give their "
+                "URLs (--endpoints), or keep only routed placements (gateway, router:POLICY)",
+            )
         timeout = aiohttp.ClientTimeout(total=timeout_s)
+        gateway = [self.routers.gateway] if self.routers.gateway else []
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            for url in self.urls:
+            for url in [*self.urls, *gateway]:
                 facts: dict[str, Any] = {"url": url}
                 try:
                     async with http.get(url + "/v1/models") as resp:
@@ -59,22 +101,32 @@ class EndpointsTarget:
                     )
                 facts["models"] = models
                 facts["version"] = await _get_json(http, url + "/version")
+                facts["gateway"] = url in gateway
                 self.servers.append(facts)
 
     def attach(self, run_dir: Path) -> None:
-        return None  # nothing of theirs to log here
+        self._log_dir = run_dir  # the routers sessiongen starts log there
 
     def tokenizer_url(self) -> str | None:
-        return self.urls[0]
+        return self.urls[0] if self.urls else self.routers.gateway
 
     async def open_block(self, cache: str) -> list[str]:
         return self.urls
 
+    async def open_gateway(self, placement: str) -> str | None:
+        log = router_log(self._log_dir, f"router-{self._blocks}.log")
+        return await self.routers.open(placement, self.urls, log)
+
     async def close_block(self) -> BlockFacts:
-        return {"restarted": False}
+        self._blocks += 1
+        facts: BlockFacts = {"restarted": False}
+        router = await self.routers.close()
+        if router is not None:
+            facts["router"] = router
+        return facts
 
     def describe(self) -> dict[str, Any]:
-        return {
+        facts: dict[str, Any] = {
             "kind": "endpoints",
             "simulated": False,
             "time_scale": 1.0,
@@ -82,9 +134,13 @@ class EndpointsTarget:
             "endpoints": self.urls,
             "servers": self.servers,
         }
+        if any(map(is_routed, self.placements)):
+            facts["router"] = self.routers.describe()
+            facts["served_by"] = to_plain(self.served_by)
+        return facts
 
     async def close(self) -> None:
-        return None
+        await self.routers.close()
 
 
 async def _get_json(http: aiohttp.ClientSession, url: str) -> Any:

@@ -12,11 +12,15 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from sessiongen.launch import commands
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import BUILTIN_TINY, tiny_model_identity
 from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
+from sessiongen.targets.base import ServedBy
+from sessiongen.targets.router import RouterFront, router_log
 
 
 class ManagedTarget:
@@ -32,6 +36,19 @@ class ManagedTarget:
         self.model_name = scenario.model.name
         self.n_replicas = self.spec.replicas
         self.pool_chunk_tokens: int | None = self.spec.chunk_size
+        # Each replica names itself in system_fingerprint where vLLM can (see
+        # commands.fingerprint_supported); else routed turns are found by counters.
+        self.served_by = (
+            ServedBy(
+                fingerprint=True,
+                names=tuple(map(commands.replica_fingerprint, range(self.n_replicas))),
+            )
+            if commands.fingerprint_supported()
+            else ServedBy()
+        )
+        self.placements = scenario.placement.policies
+        self.source = scenario.source
+        self.routers = RouterFront(scenario.target.router)
         self._log_dir: Path | None = None
         self._pair: ManagedPair | None = None
         self._blocks: list[dict[str, Any]] = []
@@ -40,7 +57,7 @@ class ManagedTarget:
         return list(blocks)
 
     async def preflight(self) -> None:
-        return None
+        self.routers.preflight(self.placements, source=self.source)
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir  # every process's log: block-<n>/<name>.log
@@ -71,7 +88,14 @@ class ManagedTarget:
         self._blocks.append(block)
         return pair.urls
 
+    async def open_gateway(self, placement: str) -> str | None:
+        pair = self._pair
+        if pair is None:
+            return None
+        return await self.routers.open(placement, pair.urls, router_log(pair.log_dir, "router.log"))
+
     async def close_block(self) -> BlockFacts:
+        router = await self.routers.close()
         pair, self._pair = self._pair, None
         if pair is None:
             return {"restarted": True}
@@ -79,6 +103,8 @@ class ManagedTarget:
         lmcache_alive = pair.lmcache_alive()
         outcome = await asyncio.to_thread(pair.stop)
         facts: BlockFacts = {"restarted": True, "stop": outcome}
+        if router is not None:
+            facts["router"] = router
         if dead or not lmcache_alive:
             facts["dead_replicas"] = dead
             facts["lmcache_alive"] = lmcache_alive
@@ -86,7 +112,7 @@ class ManagedTarget:
         return facts
 
     def describe(self) -> dict[str, Any]:
-        return {
+        facts = {
             "kind": "managed",
             "simulated": False,
             "time_scale": 1.0,
@@ -94,8 +120,12 @@ class ManagedTarget:
             "spec": to_plain(self.spec),
             "blocks": self._blocks,
         }
+        if any(map(is_routed, self.placements)):
+            facts["router"] = self.routers.describe()
+        return facts
 
     async def close(self) -> None:
+        await self.routers.close()
         if self._pair is not None:
             await asyncio.to_thread(self._pair.stop)
             self._pair = None

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
 from sessiongen.sim.process import SimHandle, start_sim
+from sessiongen.targets.base import ServedBy
+from sessiongen.targets.router import RouterFront, router_log
 
 
 class SimTarget:
@@ -30,6 +33,13 @@ class SimTarget:
         self.n_replicas = self.profile.replicas
         self.restarts = scenario.design.restart_between_blocks
         self.pool_chunk_tokens: int | None = self.profile.pool_chunk_tokens
+        # Every response says which simulated replica served it (index = URL order).
+        self.served_by = ServedBy(
+            header="x-sim-replica", names=tuple(str(i) for i in range(self.n_replicas))
+        )
+        self.placements = scenario.placement.policies
+        self.source = scenario.source
+        self.routers = RouterFront(scenario.target.router)
         self._handle: SimHandle | None = None
         self._urls: list[str] = []
         self._blocks = 0
@@ -39,7 +49,7 @@ class SimTarget:
         return list(blocks)
 
     async def preflight(self) -> None:
-        return None
+        self.routers.preflight(self.placements, source=self.source)
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir  # per-request simulator logs: sim-<block>.log
@@ -60,9 +70,16 @@ class SimTarget:
             await asyncio.to_thread(self._handle.reset, True)
         return self._urls
 
+    async def open_gateway(self, placement: str) -> str | None:
+        log = router_log(self._log_dir, f"router-{self._blocks}.log")
+        return await self.routers.open(placement, self._urls, log)
+
     async def close_block(self) -> BlockFacts:
         self._blocks += 1
         facts: BlockFacts = {"restarted": self.restarts}
+        router = await self.routers.close()
+        if router is not None:
+            facts["router"] = router
         if self.restarts and self._handle is not None:
             facts["pid"] = self._handle.pid
             await asyncio.to_thread(self._handle.stop)
@@ -70,7 +87,7 @@ class SimTarget:
         return facts
 
     def describe(self) -> dict[str, Any]:
-        return {
+        facts = {
             "kind": "sim",
             "simulated": True,
             "note": "SIMULATED: a calibrated model of vLLM + LMCache, not a real server",
@@ -78,8 +95,12 @@ class SimTarget:
             "replicas": self.n_replicas,
             "profile": to_plain(self.profile),
         }
+        if any(map(is_routed, self.placements)):
+            facts["router"] = self.routers.describe()
+        return facts
 
     async def close(self) -> None:
+        await self.routers.close()
         if self._handle is not None:
             await asyncio.to_thread(self._handle.stop)
             self._handle = None

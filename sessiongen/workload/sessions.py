@@ -118,9 +118,10 @@ class TurnRequest:
         """(role, content) pairs with each content joined."""
         return tuple((role, "".join(map(_text, pieces))) for role, pieces in self.segments)
 
-    def body(self, scenario: Scenario) -> dict[str, Any]:
-        """The exact request body replay sends for this turn."""
-        return request_body(scenario, self.messages)
+    def body(self, scenario: Scenario, *, user: str | None = None) -> dict[str, Any]:
+        """The exact request body replay sends for this turn (``user``: the body's
+        ``user`` field, which some routers key on)."""
+        return request_body(scenario, self.messages, user=user)
 
     def prompt_digest(self) -> str:
         """A digest of the exact prompt: every message's role and content, in order.
@@ -138,7 +139,7 @@ class TurnRequest:
                 h.update(b"\x1d")
         return h.hexdigest()
 
-    def body_parts(self, scenario: Scenario) -> list[bytes]:
+    def body_parts(self, scenario: Scenario, *, user: str | None = None) -> list[bytes]:
         """The serialized body as parts whose concatenation is ``orjson.dumps(body)``.
 
         Long texts appear as the session's own escaped bytes, never copied.
@@ -149,7 +150,7 @@ class TurnRequest:
         else:
             groups = [tuple(p for _role, pieces in self.segments for p in pieces)]
             template = [("user", _SENTINEL % 0)]
-        raw = orjson.dumps(request_body(scenario, template))
+        raw = orjson.dumps(request_body(scenario, template, user=user))
         parts: list[bytes] = []
         pos = 0
         for i, pieces in enumerate(groups):
@@ -165,8 +166,10 @@ class TurnRequest:
 _SENTINEL = "@@sessiongen-content-%d@@"
 
 
-def request_body(scenario: Scenario, messages: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """An OpenAI-compatible streaming request body for ``messages``."""
+def request_body(
+    scenario: Scenario, messages: Sequence[tuple[str, str]], *, user: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI-compatible streaming request body for ``messages`` (and ``user``)."""
     s = scenario.sampling
     max_tokens = scenario.sessions.max_tokens
     body: dict[str, Any] = {"model": scenario.model.name}
@@ -194,6 +197,8 @@ def request_body(scenario: Scenario, messages: Sequence[tuple[str, str]]) -> dic
             body["top_logprobs"] = 1
         else:
             body["logprobs"] = 1
+    if user is not None:
+        body["user"] = user
     return body
 
 
