@@ -184,11 +184,15 @@ def replay(
 
 
 def _summarize(run_dir: Path, report: bool) -> None:
-    """Print the per-turn table and write the report."""
+    """Print the per-turn table and what limits it (too few sessions, drift unchecked),
+    then write the report."""
     from sessiongen import analysis
     from sessiongen import report as report_mod
 
-    click.echo(analysis.console_table(analysis.load_run(run_dir)))
+    run = analysis.load_run(run_dir)
+    click.echo(analysis.console_table(run))
+    for warning in analysis.interval_warnings(run):
+        click.echo(f"warning: {warning}")
     if report:
         click.echo(f"report: {report_mod.write_report(run_dir)}")
 

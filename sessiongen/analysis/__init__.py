@@ -2,8 +2,10 @@
 
 - :mod:`.stats`: pure, seeded statistics (bootstrap intervals, rank tests);
 - :mod:`.frames`: small helpers to build frames from a run's requests;
-- :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions, block drift;
+- :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions;
+- :mod:`.drift`: block drift per arm and turn, against each turn's effect;
 - :mod:`.checks`: contamination, attribution, needle grades, equivalence;
+- :mod:`.adequacy`: warnings when a run is too small for its statistics;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.compare`: one run against another.
 
@@ -11,6 +13,7 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
+from sessiongen.analysis.adequacy import interval_warnings
 from sessiongen.analysis.checks import (
     LOGPROB_TOL,
     Equivalence,
@@ -23,12 +26,16 @@ from sessiongen.analysis.checks import (
     needle_grades,
 )
 from sessiongen.analysis.compare import Comparison, compare_runs
-from sessiongen.analysis.frames import drop_single_context
-from sessiongen.analysis.latency import (
+from sessiongen.analysis.drift import (
     DRIFT_MIN,
     DRIFT_MIN_UNITS,
-    arm_turn_table,
     block_drift,
+    drift_units,
+    drift_verdict,
+)
+from sessiongen.analysis.frames import drop_single_context
+from sessiongen.analysis.latency import (
+    arm_turn_table,
     cold_first_turns,
     console_table,
     cross_vs_same,
@@ -61,8 +68,11 @@ __all__ = [
     "cross_vs_same",
     "divergence_counts",
     "divergences",
+    "drift_units",
+    "drift_verdict",
     "drop_single_context",
     "equivalence",
+    "interval_warnings",
     "latest_run",
     "load_run",
     "needle_grades",

@@ -6,9 +6,10 @@ analysis frames once, draws the figures, and writes:
 - ``report.md`` and a self-contained ``report.html`` (images embedded as base64). They
   show **problems first** (correctness failures: wrong needle answers, and for the
   ``equivalence`` probe the divergence rate, the largest first-token logprob difference
-  and the worst case; then contamination, request errors, block drift larger than the
-  effect, incomplete blocks), then the headline speedup curves, then the details, the
-  method and the run's identity;
+  and the worst case; then too few sessions for the intervals or for the drift check
+  (:func:`sessiongen.analysis.interval_warnings`), contamination, request errors, block
+  drift larger than a turn's effect, incomplete blocks), then the headline speedup
+  curves, then the details, the method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -32,7 +33,7 @@ import polars as pl
 from sessiongen import analysis
 from sessiongen.analysis.checks import WORST_ROW_COLUMNS, Equivalence
 from sessiongen.analysis.frames import drop_single_context
-from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
@@ -262,7 +263,9 @@ def _equivalence_passed(run: Run, f: Frames) -> list[Element]:
 
 
 def _measurement_problems(run: Run, f: Frames) -> list[Element]:
-    out: list[Element] = []
+    out: list[Element] = [
+        Paragraph(warning, warning=True) for warning in analysis.interval_warnings(run)
+    ]
     if not f.contamination.is_empty():
         out.append(
             Paragraph(
@@ -286,8 +289,8 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
         out.append(Table(kinds, max_rows=5))
     flagged = f.drift.filter(pl.col("flagged"))
     if not flagged.is_empty():
-        out.append(Paragraph("Block drift larger than the ON/OFF effect:", warning=True))
-        out.append(Table(drop_single_context(flagged)))
+        out.append(Paragraph("Block drift larger than that turn's ON/OFF effect:", warning=True))
+        out.append(_drift_table(flagged))
     bad_blocks = [dict(b) for b in run.meta.blocks if b.get("status", "ok") != "ok"]
     if bad_blocks:
         out.append(Paragraph(f"{len(bad_blocks)} blocks did not finish:", warning=True))
@@ -334,6 +337,23 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Elem
             "n_on",
         ),
     ]
+
+
+def _drift_table(drift: pl.DataFrame) -> Table:
+    return _show(
+        drift,
+        "placement",
+        "cache",
+        "context_tokens",
+        "turn",
+        "n_units",
+        "drift",
+        "effect",
+        "arm_drift",
+        "arm_drift_ci_low",
+        "arm_drift_ci_high",
+        "status",
+    )
 
 
 def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
@@ -394,21 +414,8 @@ def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
             "speedup_ci_low",
             "speedup_ci_high",
         ),
-        Heading("Block drift (last block / first block of each arm)"),
-        _show(
-            f.drift,
-            "placement",
-            "cache",
-            "context_tokens",
-            "first_block",
-            "last_block",
-            "drift",
-            "drift_ci_low",
-            "drift_ci_high",
-            "effect",
-            "significant",
-            "flagged",
-        ),
+        Heading("Block drift (last block / first block of each arm, per turn)"),
+        _drift_table(f.drift),
         Heading("Cache attribution (mean tokens per request)"),
         Image(figures["cache_attribution"], "local and external hit tokens per turn and arm"),
         _show(
@@ -460,9 +467,12 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}).",
                 "Rows: warm-up requests excluded; requests with status other than ok counted as "
                 "errors and excluded from latency statistics.",
-                f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Per-arm intervals resample "
-                "requests; speedup intervals resample sessions in both arms at once when both "
-                "arms replay the same sessions (paired), else each arm on its own.",
+                f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Intervals resample "
+                "sessions, each with all its blocks: per-arm intervals within the arm, speedup "
+                "intervals in both arms at once when both replay the same sessions (paired), "
+                "else each arm on its own. With fewer than "
+                f"{MIN_SESSIONS} sessions per arm they cover less than stated "
+                "(bench/interval_coverage.py; README, Analysis).",
                 "Contamination: turn-1 cached/local/external hit tokens above "
                 f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
                 "Equivalence (probe = equivalence): per placement, session and turn, the answers "
@@ -470,10 +480,13 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 "first-token logprobs within a tolerance for batching noise "
                 f"({logprob_tol:g}); the divergence rate is the share of (session, "
                 "turn) whose token ids differ.",
-                "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
-                f"its CI excludes 1, it exceeds {analysis.DRIFT_MIN:.0%}, at least "
-                f"{analysis.DRIFT_MIN_UNITS} sessions were paired, and it is "
-                "larger than the median per-turn speedup of the placement.",
+                "Block drift: per session and turn, TTFT last block / first block of each arm. "
+                "Tested per arm: the mean over sessions of each session's mean log ratio, with a "
+                "Student t interval, Bonferroni-adjusted over the arms; checked only with at "
+                f"least {analysis.DRIFT_MIN_UNITS} sessions in both blocks. A turn is flagged "
+                f"when its arm's drift is significant and beyond {analysis.DRIFT_MIN:.0%}, and "
+                "the turn's drift (geometric mean over sessions) is larger than that turn's "
+                "ON/OFF speedup.",
                 "summary.csv: speedup columns are filled on cache=on rows only.",
             )
         ),
