@@ -25,7 +25,7 @@ from sessiongen.analysis.checks import (
     equivalence,
     needle_grades,
 )
-from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.compare import EXIT_CODES, Comparison, compare_runs
 from sessiongen.analysis.drift import (
     DRIFT_MIN,
     DRIFT_MIN_UNITS,
@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DRIFT_MIN",
     "DRIFT_MIN_UNITS",
+    "EXIT_CODES",
     "LOGPROB_TOL",
     "Bootstrap",
     "Comparison",
