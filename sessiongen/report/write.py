@@ -6,10 +6,11 @@ analysis frames once, draws the figures, and writes:
 - ``report.md`` and a self-contained ``report.html`` (images embedded as base64). They
   show **problems first** (correctness failures: wrong needle answers, and for the
   ``equivalence`` probe the divergence rate, the largest first-token logprob difference
-  and the worst case; then too few sessions for the intervals or for the drift check
-  (:func:`sessiongen.analysis.interval_warnings`), contamination, request errors, block
-  drift larger than a turn's effect, incomplete blocks), then the headline speedup
-  curves, then the details, the method and the run's identity;
+  and the worst case; then contamination, request errors, block drift larger than a
+  turn's effect, incomplete blocks), after the **limits** of a run too small for its
+  statistics (:func:`sessiongen.analysis.interval_warnings`: too few sessions for the
+  intervals, block drift not checked); then the headline speedup curves, the details,
+  the method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -32,6 +33,7 @@ import polars as pl
 
 from sessiongen import analysis
 from sessiongen.analysis.checks import WORST_ROW_COLUMNS, Equivalence
+from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.infra.files import atomic_write_bytes
@@ -262,10 +264,23 @@ def _equivalence_passed(run: Run, f: Frames) -> list[Element]:
     ]
 
 
+def _limits(run: Run) -> list[Element]:
+    """What the run is too small to show (sessions for the intervals, drift unchecked)."""
+    warnings = analysis.interval_warnings(run)
+    if not warnings:
+        return []
+    return [Heading("Limits of this run"), *(Paragraph(w, warning=True) for w in warnings)]
+
+
+def _drift_summary(f: Frames) -> str:
+    """How the None-found sentence names block drift: checked, or not."""
+    if f.drift.is_empty() or f.drift["checked"].all():
+        return "no block drift larger than a turn's effect"
+    return f"block drift {not_checked()} in some arms (see Limits)"
+
+
 def _measurement_problems(run: Run, f: Frames) -> list[Element]:
-    out: list[Element] = [
-        Paragraph(warning, warning=True) for warning in analysis.interval_warnings(run)
-    ]
+    out: list[Element] = []
     if not f.contamination.is_empty():
         out.append(
             Paragraph(
@@ -307,7 +322,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
         found = [
             Paragraph(
                 "None found: no correctness failures, no contamination, no request "
-                "errors, no block drift larger than the effect."
+                f"errors, {_drift_summary(f)}."
             )
         ]
     return [Heading("Problems"), *found, *_equivalence_passed(run, f)]
@@ -519,6 +534,7 @@ def build_blocks(
     """The report as document blocks, problems first."""
     return [
         *_header(run),
+        *_limits(run),
         *_problems(run, frames),
         *_headline(frames, figures, boot),
         *_details(frames, figures),

@@ -12,6 +12,7 @@ import pytest
 
 from sessiongen import analysis
 from sessiongen.analysis.adequacy import interval_warnings
+from sessiongen.report import write_report
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
 SPEC = SyntheticSpec(turns=4)
@@ -81,3 +82,12 @@ def test_two_sessions_are_not_checked_and_say_so(tmp_path: Path) -> None:
     assert _arm(drift, "fixed", "off")["drift"].to_list() == pytest.approx([1.5] * 4, rel=0.1)
     assert any("not checked (n < 3) in 4 of 4 arms" in w for w in interval_warnings(run))
     assert analysis.block_drift(run, min_units=2).filter(pl.col("flagged")).height >= 1
+
+
+def test_the_report_says_not_checked_instead_of_no_drift(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path, with_changes(SPEC, sessions=2))
+    text = write_report(run_dir).read_text()
+    limits = text[text.index("## Limits of this run") : text.index("## Problems")]
+    assert "Block drift not checked (n < 3) in 4 of 4 arms" in limits
+    problems = text[text.index("## Problems") : text.index("## Headline")]
+    assert "no block drift" not in problems and "not checked (n < 3)" in problems
