@@ -246,7 +246,8 @@ def _router_overrides(
 
 
 def _summarize(run_dir: Path, report: bool) -> None:
-    """Print the per-turn table and write the report."""
+    """Print the per-turn table and what limits it (too few sessions, drift unchecked),
+    then write the report."""
     from sessiongen import analysis
     from sessiongen import report as report_mod
 
@@ -257,6 +258,8 @@ def _summarize(run_dir: Path, report: bool) -> None:
     routers = analysis.console_routing(run)
     if routers is not None:
         click.echo(routers)
+    for warning in analysis.interval_warnings(run):
+        click.echo(f"warning: {warning}")
     if report:
         click.echo(f"report: {report_mod.write_report(run_dir)}")
 
@@ -275,19 +278,33 @@ def report(run_dir: str) -> None:
 @click.argument("run_b", type=click.Path(file_okay=False))
 @click.option(
     "--threshold",
-    type=float,
+    type=click.FloatRange(min=0),
     default=0.05,
     show_default=True,
-    help="Smallest slowdown that counts (0.05 = 5%).",
+    help="Margin of 'no change': ratios within 1 +- threshold are the same (0.05 = 5%).",
 )
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
-@click.option("--force", is_flag=True, help="Compare runs of different scenarios anyway.")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Level of each test; the intervals are 1 - 2 alpha (90% by default, as in TOST).",
+)
+@click.option(
+    "--force", is_flag=True, help="Compare runs of different scenarios or time scales anyway."
+)
 def compare(run_a: str, run_b: str, threshold: float, alpha: float, force: bool) -> None:
-    """Compare RUN_B against RUN_A per arm and turn; exit 1 on a significant slowdown.
+    """Compare RUN_B against baseline RUN_A per arm, context size and turn.
 
-    Ratio of median TTFT (B/A) with a bootstrap CI and a Mann-Whitney U test (Holm
-    corrected across cells); a regression needs both significance and a slowdown
-    beyond --threshold.
+    Both runs replay the same sessions, so each cell's ratio median TTFT B / A gets a
+    paired bootstrap interval (sessions resampled with all their blocks in both runs;
+    unpaired, and said so, where sessions differ). A cell is SLOWER when its whole
+    interval lies above 1 + threshold, faster when wholly below 1 - threshold, no change
+    when it lies within 1 +- threshold (an equivalence test), else inconclusive.
+
+    Exit status: 0 no change or faster, 1 some cell slower, 3 inconclusive (the runs
+    cannot tell: add sessions, or widen --threshold), 2 usage errors, including runs
+    of different scenarios or time scales without --force.
     """
     from sessiongen import analysis
 
@@ -299,8 +316,8 @@ def compare(run_a: str, run_b: str, threshold: float, alpha: float, force: bool)
         force=force,
     )
     click.echo(result.to_text())
-    if result.verdict == "regression":
-        raise SystemExit(1)
+    if result.exit_code:
+        raise SystemExit(result.exit_code)
 
 
 @cli.group()

@@ -2,11 +2,13 @@
 
 - :mod:`.stats`: pure, seeded statistics (bootstrap intervals, rank tests);
 - :mod:`.frames`: small helpers to build frames from a run's requests;
-- :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions, block drift;
+- :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions;
+- :mod:`.drift`: block drift per arm and turn, against each turn's effect;
 - :mod:`.checks`: contamination, attribution, needle grades;
 - :mod:`.prompts`: which requests sent the same prompt, which the shared pool served;
 - :mod:`.correctness`: answers judged against the OFF arm on the same prompt, verdicts;
 - :mod:`.verdicts`: a run's correctness per probe (report, trend, ``replay`` exit status);
+- :mod:`.adequacy`: warnings when a run is too small for its statistics;
 - :mod:`.fidelity`: can the run be read as the cache's effect: measurement error of
   simulated runs, cold first turns that differ between arms;
 - :mod:`.tails`: tail percentiles with MLPerf LoadGen's early-stopping estimate;
@@ -19,14 +21,22 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
+from sessiongen.analysis.adequacy import interval_warnings
 from sessiongen.analysis.checks import (
     cache_attribution,
     contamination,
     contamination_expr,
     needle_grades,
 )
-from sessiongen.analysis.compare import Comparison, compare_runs
+from sessiongen.analysis.compare import EXIT_CODES, Comparison, compare_runs
 from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
+from sessiongen.analysis.drift import (
+    DRIFT_MIN,
+    DRIFT_MIN_UNITS,
+    block_drift,
+    drift_units,
+    drift_verdict,
+)
 from sessiongen.analysis.fidelity import (
     COLD_TOLERANCE,
     ERROR_SHARE,
@@ -36,10 +46,7 @@ from sessiongen.analysis.fidelity import (
 )
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
-    DRIFT_MIN,
-    DRIFT_MIN_UNITS,
     arm_turn_table,
-    block_drift,
     cold_first_turns,
     console_table,
     cross_vs_same,
@@ -74,6 +81,7 @@ __all__ = [
     "DRIFT_MIN",
     "DRIFT_MIN_UNITS",
     "ERROR_SHARE",
+    "EXIT_CODES",
     "LOGPROB_TOL",
     "VERDICTS",
     "Bootstrap",
@@ -97,9 +105,12 @@ __all__ = [
     "cross_vs_same",
     "divergence_counts",
     "divergences",
+    "drift_units",
+    "drift_verdict",
     "drop_single_context",
     "equivalence",
     "has_routed",
+    "interval_warnings",
     "latest_run",
     "load_run",
     "measurement_error",

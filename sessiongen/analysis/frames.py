@@ -50,6 +50,39 @@ def sample(frame: pl.DataFrame, column: str = "ttft_s") -> npt.NDArray[np.float6
     return frame[column].drop_nulls().to_numpy().astype(np.float64)
 
 
+def unit_matrix(
+    frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s"
+) -> npt.NDArray[np.float64]:
+    """A column's values per session as a units x values matrix, NaN-padded.
+
+    Row ``i`` holds the non-null values of session ``units[i]`` (one per block, or per
+    turn, ...), so rows of two such matrices with the same ``units`` can be resampled
+    together (a paired, cluster bootstrap: :mod:`sessiongen.analysis.stats`).
+    """
+    grouped = frame.group_by("session_index").agg(pl.col(column).drop_nulls())
+    by_unit = dict(zip(grouped["session_index"].to_list(), grouped[column].to_list(), strict=True))
+    width = max((len(v) for v in by_unit.values()), default=1) or 1
+    mat = np.full((len(units), width), np.nan)
+    for i, unit in enumerate(units):
+        vals = by_unit.get(unit, [])
+        mat[i, : len(vals)] = vals
+    return mat
+
+
+def session_units(frame: pl.DataFrame) -> list[Any] | None:
+    """The sorted session indices of ``frame``, or None when some row has none."""
+    if frame.is_empty() or frame["session_index"].null_count():
+        return None
+    return sorted(frame["session_index"].unique().to_list())
+
+
+def clusters(frame: pl.DataFrame, column: str = "ttft_s") -> npt.NDArray[np.float64]:
+    """What to resample for one sample: its sessions (a units x values matrix) when every
+    row has one, else its requests (1-D), which the bootstrap then treats as independent."""
+    units = session_units(frame)
+    return sample(frame, column) if units is None else unit_matrix(frame, units, column)
+
+
 def rows_frame(rows: Sequence[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """Rows as a frame with exactly ``schema``'s columns (missing values become null)."""
     cols: dict[str, list[Any]] = {name: [row.get(name) for row in rows] for name in schema}

@@ -1,4 +1,4 @@
-"""Latency analysis of a run: per-turn medians, ON/OFF speedups, sessions and block drift.
+"""Latency analysis of a run: per-turn medians, ON/OFF speedups and whole sessions.
 
 The CLI, the notebook and the nightly job reach these through :mod:`sessiongen.analysis`.
 
@@ -14,15 +14,16 @@ Definitions (the README links here)
   Its interval is a seeded percentile bootstrap (:mod:`sessiongen.analysis.stats`). When both arms
   of a placement replay the same sessions (the OFF, ON, ON, OFF design does), sessions
   are resampled as units, with all their blocks, in both arms at once (paired); otherwise
-  each arm is resampled on its own (independent). The ``paired`` column says which.
-- **Per-arm intervals** (median and p90 TTFT) resample requests independently.
-- **Block drift** = for each arm with two or more blocks (OFF, ON, ON, OFF), the median of
-  the per-(session, turn) ratios last block / first block, with a session-resampled
-  bootstrap interval. It is *flagged* when the interval excludes 1, the drift exceeds
-  ``min_drift`` (2%), at least ``min_units`` (5) sessions were paired, and ``|log
-  drift| > |log effect|``, where the effect is the median of that placement's per-turn
-  speedups. Requiring the interval keeps noise alone from flagging placements whose
-  effect is near 1 (e.g. ``fixed``).
+  each arm's sessions are resampled on their own (unpaired). The ``paired`` column says
+  which; ``n_units`` counts the sessions. Intervals are expanded for small session
+  counts (Hesterberg 2015); below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` they
+  still cover less than stated (:func:`sessiongen.analysis.adequacy.interval_warnings`).
+- **Per-arm intervals** (median and p90 TTFT) resample sessions as units, each with all
+  its blocks (a cluster bootstrap): the requests of one session are not independent, and
+  resampling them as if they were gave intervals that missed the variation between
+  sessions (and, in the trend, made nights look more precise than they are). Rows
+  without a session fall back to resampling requests. ``sessions`` counts the units.
+- **Block drift**: see :mod:`sessiongen.analysis.drift`.
 - **Contamination, attribution, correctness**: see :mod:`sessiongen.analysis.checks`.
 """
 
@@ -32,35 +33,20 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import polars as pl
-from numpy.typing import NDArray
 
 from sessiongen.analysis import stats
 from sessiongen.analysis.checks import contamination_expr
-from sessiongen.analysis.frames import finite_or_none, frame_from_rows, partition, sample
+from sessiongen.analysis.frames import (
+    clusters,
+    finite_or_none,
+    frame_from_rows,
+    partition,
+    unit_matrix,
+)
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.records.format import ARM_KEYS, CELL_KEYS
 from sessiongen.records.run import Run
-
-#: Block drift is judged only when it is larger than this (relative) ...
-DRIFT_MIN = 0.02
-#: ... and rests on at least this many paired sessions.
-DRIFT_MIN_UNITS = 5
-
-
-def _unit_matrix(
-    frame: pl.DataFrame, units: Sequence[Any], column: str = "ttft_s"
-) -> NDArray[np.float64]:
-    """Values per session as a units x values matrix, NaN-padded (for paired resampling)."""
-    grouped = frame.group_by("session_index").agg(pl.col(column).drop_nulls())
-    by_unit = dict(zip(grouped["session_index"].to_list(), grouped[column].to_list(), strict=True))
-    width = max((len(v) for v in by_unit.values()), default=1) or 1
-    mat = np.full((len(units), width), np.nan)
-    for i, unit in enumerate(units):
-        vals = by_unit.get(unit, [])
-        mat[i, : len(vals)] = vals
-    return mat
 
 
 def arm_turn_table(
@@ -79,14 +65,14 @@ def arm_turn_table(
     )
     rows = []
     for key, sub in partition(run.ok, keys):
-        ttft = sample(sub)
-        seed = stats.stable_seed(boot.seed, "arm", *key.values())
-        opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
-        med = stats.bootstrap_quantile(ttft, 0.5, **opts)
-        p90 = stats.bootstrap_quantile(ttft, 0.9, **opts)
+        units = clusters(sub)
+        opts = boot.options(stats.stable_seed(boot.seed, "arm", *key.values()))
+        med = stats.bootstrap_quantile(units, 0.5, **opts)
+        p90 = stats.bootstrap_quantile(units, 0.9, **opts)
         rows.append(
             {
                 **key,
+                "sessions": med.n if units.ndim == 2 else None,
                 "median_ttft_s": med.estimate,
                 "ci_low_s": med.low,
                 "ci_high_s": med.high,
@@ -109,7 +95,9 @@ def arm_turn_table(
         "median_e2e_s",
         "median_queue_s",
     ]
-    values = frame_from_rows(rows, keys, run.requests, {n: pl.Float64() for n in names})
+    types: dict[str, pl.DataType] = {"sessions": pl.Int64()}
+    types.update({n: pl.Float64() for n in names})
+    values = frame_from_rows(rows, keys, run.requests, types)
     return counts.join(values, on=keys, how="left", nulls_equal=True).sort(keys)
 
 
@@ -147,13 +135,13 @@ def _ratio(
     column: str = "ttft_s",
 ) -> tuple[stats.Interval, int]:
     """Median(off) / median(on) with its interval, and the number of resampled units."""
-    opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
+    opts = boot.options(seed)
     if paired:
         units = sorted(set(off["session_index"].to_list()) | set(on["session_index"].to_list()))
-        a, b = _unit_matrix(off, units, column), _unit_matrix(on, units, column)
+        a, b = unit_matrix(off, units, column), unit_matrix(on, units, column)
         ci = stats.bootstrap_ratio(a, b, paired=True, **opts)
     else:
-        ci = stats.bootstrap_ratio(sample(off, column), sample(on, column), **opts)
+        ci = stats.bootstrap_ratio(clusters(off, column), clusters(on, column), **opts)
     return ci, ci.n
 
 
@@ -250,86 +238,6 @@ def session_speedup(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.Data
     keys = ["placement", "context_tokens"]
     rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", "total_e2e_s")
     return frame_from_rows(rows, ["placement", "context_tokens"], totals, SPEEDUP_VALUES)
-
-
-def _drift_interval(
-    first: pl.DataFrame, last: pl.DataFrame, boot: Bootstrap, seed: list[int]
-) -> tuple[stats.Interval, bool]:
-    """Median of per-(session, turn) ratios last/first, session-resampled; else independent."""
-    opts: dict[str, Any] = dict(conf=boot.conf, n_resamples=boot.n_resamples, seed=seed)
-    pairs = first.join(last, on=["session_index", "turn"], suffix="_last").filter(
-        pl.col("session_index").is_not_null()
-    )
-    if pairs.is_empty():
-        return stats.bootstrap_ratio(sample(last), sample(first), **opts), False
-    pairs = pairs.with_columns(ratio=pl.col("ttft_s_last") / pl.col("ttft_s"))
-    units = sorted(pairs["session_index"].unique().to_list())
-    return stats.bootstrap_quantile(_unit_matrix(pairs, units, "ratio"), 0.5, **opts), True
-
-
-def block_drift(
-    run: Run,
-    *,
-    boot: Bootstrap = DEFAULT_BOOTSTRAP,
-    min_drift: float = DRIFT_MIN,
-    min_units: int = DRIFT_MIN_UNITS,
-    speedups: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """First vs last block of each arm: drift with a CI, compared against the ON/OFF effect.
-
-    With fewer than ``min_units`` sessions the bootstrap interval is too coarse to judge
-    (two sessions give three distinct resamples), so nothing is called significant.
-    """
-    speedups = speedup_table(run, boot=boot) if speedups is None else speedups
-    effects = speedups.group_by("placement", "context_tokens").agg(
-        effect=pl.col("speedup").median()
-    )
-    effect_of = {
-        (r["placement"], r["context_tokens"]): r["effect"] for r in effects.iter_rows(named=True)
-    }
-    rows = []
-    for key, sub in partition(run.ok, [*ARM_KEYS, "context_tokens"]):
-        blocks = sorted(sub["block_in_placement"].drop_nulls().unique().to_list())
-        if len(blocks) < 2:
-            continue
-        first = sub.filter(pl.col("block_in_placement") == blocks[0])
-        last = sub.filter(pl.col("block_in_placement") == blocks[-1])
-        seed = stats.stable_seed(boot.seed, "drift", *key.values())
-        ci, paired = _drift_interval(first, last, boot, seed)
-        effect = effect_of.get((key["placement"], key["context_tokens"])) or 1.0
-        drift = ci.estimate
-        significant = ci.n >= min_units and ci.excludes(1.0) and abs(drift - 1.0) > min_drift
-        exceeds = abs(math.log(drift)) > abs(math.log(effect)) if drift > 0 else False
-        rows.append(
-            {
-                **key,
-                "first_block": blocks[0],
-                "last_block": blocks[-1],
-                "n_units": ci.n,
-                "drift": finite_or_none(drift),
-                "drift_ci_low": finite_or_none(ci.low),
-                "drift_ci_high": finite_or_none(ci.high),
-                "paired": paired,
-                "effect": float(effect),
-                "significant": significant,
-                "exceeds_effect": exceeds,
-                "flagged": significant and exceeds,
-            }
-        )
-    values: dict[str, pl.DataType] = {
-        "first_block": pl.Int64(),
-        "last_block": pl.Int64(),
-        "n_units": pl.Int64(),
-        "drift": pl.Float64(),
-        "drift_ci_low": pl.Float64(),
-        "drift_ci_high": pl.Float64(),
-        "paired": pl.Boolean(),
-        "effect": pl.Float64(),
-        "significant": pl.Boolean(),
-        "exceeds_effect": pl.Boolean(),
-        "flagged": pl.Boolean(),
-    }
-    return frame_from_rows(rows, [*ARM_KEYS, "context_tokens"], run.requests, values)
 
 
 def _fmt_cell(value: float | None, fmt: str) -> str:

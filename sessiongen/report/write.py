@@ -7,9 +7,11 @@ analysis frames once, draws the figures, and writes:
   show **problems first** (correctness verdicts, counted against the OFF arm on the same
   prompt: :mod:`sessiongen.report.correctness`; for the ``equivalence`` probe the
   divergence rate, the largest first-token logprob difference and the worst case; then
-  contamination, request errors, block drift larger than the
-  effect, incomplete blocks), then the headline speedup curves, then the details, the
-  method and the run's identity;
+  contamination, request errors, block drift larger than a turn's effect, incomplete
+  blocks), after the **limits** of a run too small for its statistics
+  (:func:`sessiongen.analysis.interval_warnings`: too few sessions for the intervals,
+  block drift not checked); then the headline speedup curves, the details, the method
+  and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -31,8 +33,9 @@ from typing import Any
 import polars as pl
 
 from sessiongen import analysis
+from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
-from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.run import Run, load_run
@@ -160,6 +163,21 @@ def _header(run: Run) -> list[Element]:
     return blocks
 
 
+def _limits(run: Run) -> list[Element]:
+    """What the run is too small to show (sessions for the intervals, drift unchecked)."""
+    warnings = analysis.interval_warnings(run)
+    if not warnings:
+        return []
+    return [Heading("Limits of this run"), *(Paragraph(w, warning=True) for w in warnings)]
+
+
+def _drift_summary(f: Frames) -> str:
+    """How the None-found sentence names block drift: checked, or not."""
+    if f.drift.is_empty() or f.drift["checked"].all():
+        return "no block drift larger than a turn's effect"
+    return f"block drift {not_checked()} in some arms (see Limits)"
+
+
 def _measurement_problems(run: Run, f: Frames) -> list[Element]:
     out: list[Element] = []
     if not f.contamination.is_empty():
@@ -185,8 +203,8 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
         out.append(Table(kinds, max_rows=5))
     flagged = f.drift.filter(pl.col("flagged"))
     if not flagged.is_empty():
-        out.append(Paragraph("Block drift larger than the ON/OFF effect:", warning=True))
-        out.append(Table(drop_single_context(flagged)))
+        out.append(Paragraph("Block drift larger than that turn's ON/OFF effect:", warning=True))
+        out.append(_drift_table(flagged))
     bad_blocks = [dict(b) for b in run.meta.blocks if b.get("status", "ok") != "ok"]
     if bad_blocks:
         out.append(Paragraph(f"{len(bad_blocks)} blocks did not finish:", warning=True))
@@ -257,7 +275,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
         found = [
             Paragraph(
                 "None found: no cache failures, no contamination, no request "
-                "errors, no block drift larger than the effect."
+                f"errors, {_drift_summary(f)}."
             )
         ]
     return [Heading("Problems"), *found, *passed, *basis]
@@ -315,6 +333,23 @@ def _fidelity(f: Frames) -> list[Element]:
             "flagged",
         ),
     ]
+
+
+def _drift_table(drift: pl.DataFrame) -> Table:
+    return _show(
+        drift,
+        "placement",
+        "cache",
+        "context_tokens",
+        "turn",
+        "n_units",
+        "drift",
+        "effect",
+        "arm_drift",
+        "arm_drift_ci_low",
+        "arm_drift_ci_high",
+        "status",
+    )
 
 
 def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
@@ -375,21 +410,8 @@ def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
             "speedup_ci_low",
             "speedup_ci_high",
         ),
-        Heading("Block drift (last block / first block of each arm)"),
-        _show(
-            f.drift,
-            "placement",
-            "cache",
-            "context_tokens",
-            "first_block",
-            "last_block",
-            "drift",
-            "drift_ci_low",
-            "drift_ci_high",
-            "effect",
-            "significant",
-            "flagged",
-        ),
+        Heading("Block drift (last block / first block of each arm, per turn)"),
+        _drift_table(f.drift),
         Heading("Cache attribution (mean tokens per request)"),
         Image(figures["cache_attribution"], "local and external hit tokens per turn and arm"),
         _show(
@@ -441,9 +463,12 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}).",
                 "Rows: warm-up requests excluded; requests with status other than ok counted as "
                 "errors and excluded from latency statistics.",
-                f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Per-arm intervals resample "
-                "requests; speedup intervals resample sessions in both arms at once when both "
-                "arms replay the same sessions (paired), else each arm on its own.",
+                f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Intervals resample "
+                "sessions, each with all its blocks: per-arm intervals within the arm, speedup "
+                "intervals in both arms at once when both replay the same sessions (paired), "
+                "else each arm on its own. With fewer than "
+                f"{MIN_SESSIONS} sessions per arm they cover less than stated "
+                "(bench/interval_coverage.py; README, Analysis).",
                 "Contamination: turn-1 cached/local/external hit tokens above "
                 f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
                 "Correctness: answers are compared only between requests that sent the same "
@@ -454,10 +479,13 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 "are a model limit; a pass needs ON answers served from the shared pool "
                 "(external hits on cross-replica turns). The divergence rate is the share of "
                 "compared ON answers whose token ids differ from OFF's.",
-                "Block drift: median of per-(session, turn) ratios last/first block; flagged when "
-                f"its CI excludes 1, it exceeds {analysis.DRIFT_MIN:.0%}, at least "
-                f"{analysis.DRIFT_MIN_UNITS} sessions were paired, and it is "
-                "larger than the median per-turn speedup of the placement.",
+                "Block drift: per session and turn, TTFT last block / first block of each arm. "
+                "Tested per arm: the mean over sessions of each session's mean log ratio, with a "
+                "Student t interval, Bonferroni-adjusted over the arms; checked only with at "
+                f"least {analysis.DRIFT_MIN_UNITS} sessions in both blocks. A turn is flagged "
+                f"when its arm's drift is significant and beyond {analysis.DRIFT_MIN:.0%}, and "
+                "the turn's drift (geometric mean over sessions) is larger than that turn's "
+                "ON/OFF speedup.",
                 "summary.csv: speedup columns are filled on cache=on rows only.",
             )
         ),
@@ -490,6 +518,7 @@ def build_blocks(
     """The report as document blocks, problems first."""
     return [
         *_header(run),
+        *_limits(run),
         *_problems(run, frames),
         *routing_section(run, boot),
         *_headline(frames, figures, boot),

@@ -12,17 +12,19 @@ Each series is one metric of one cell over the nights of a folder, oldest first:
 - ``ttft``: median TTFT of a (placement, cache, context, turn) arm; lower is better.
 - ``speedup``: median TTFT OFF / ON of a (placement, context, turn); higher is better.
 
-Both are fitted on the log scale with :func:`sessiongen.trend.stepdetect.fit_steps`, each night
-weighted by its bootstrap interval. A **regression** is a newest level worse than the
-level before it by more than the metric's threshold (default 5%) that has lasted at
-least ``min_nights`` nights; an improvement is the mirror image. Counts are not fitted:
-any **cache failure** (an ON answer wrong where the OFF arm answered the same prompt
-right: :mod:`sessiongen.analysis.correctness`, the report's definition) or
-**contamination** on the newest night is a regression whatever its size, and failed
-requests (``errors``) are one when they occur on each of the newest ``min_nights``
-nights. OFF-arm inconsistencies and ON-only disagreements are a model's limits, not
-the cache's, and are not findings. Each finding names the night it started and what
-changed in ``versions`` between the night before and that night.
+Both are fitted on the log scale with :func:`sessiongen.trend.stepdetect.fit_steps`,
+each night weighted by its bootstrap interval plus the night-to-night noise estimated
+from all the folder's series of that metric (bench/trend_noise.py measures false alarms
+and power). A **regression** is a newest level worse than the level before it by more
+than the metric's threshold (default 5%) that has lasted at least ``min_nights`` nights;
+an improvement is the mirror image. Counts are not fitted: any **cache failure** (an ON
+answer wrong where the OFF arm answered the same prompt right:
+:mod:`sessiongen.analysis.correctness`, the report's definition) or **contamination** on
+the newest night is a regression whatever its size, and failed requests (``errors``)
+are one when they occur on each of the newest ``min_nights`` nights. OFF-arm
+inconsistencies and ON-only disagreements are a model's limits, not the cache's, and are
+not findings. Each finding names the night it started and what changed in ``versions``
+between the night before and that night.
 
 Stores written before ``cache_failures`` existed hold only ``divergences`` (answers
 differing anywhere, matched by session) and the needle grades per arm. For those rows
@@ -47,7 +49,13 @@ from numpy.typing import NDArray
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.errors import UserError
 from sessiongen.records.format import CELL_KEYS as CELL
-from sessiongen.trend.stepdetect import StepFit, fit_steps, latest_shift, sigma_from_ci
+from sessiongen.trend.stepdetect import (
+    StepFit,
+    fit_steps,
+    latest_shift,
+    pooled_night_noise,
+    sigma_from_ci,
+)
 from sessiongen.trend.store import changed_versions, load_store
 
 #: Nights fitted per series (the newest ones): enough history for a baseline, and the
@@ -170,27 +178,60 @@ def _judge(
     }
 
 
-def metric_series(
-    frame: pl.DataFrame, nights: Nights, metric: Metric, threshold: float, min_nights: int
-) -> list[Series]:
-    """Every cell's series of one metric, fitted and judged."""
+@dataclass(frozen=True)
+class _Cell:
+    """One cell's series of a metric before fitting: values, interval, logs, sigmas."""
+
+    cell: dict[str, Any]
+    values: NDArray[np.float64]
+    low: NDArray[np.float64]
+    high: NDArray[np.float64]
+
+    @property
+    def logs(self) -> NDArray[np.float64]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.values > 0, np.log(self.values), np.nan)
+
+    @property
+    def sigma(self) -> NDArray[np.float64]:
+        return sigma_from_ci(self.low, self.high)
+
+
+def _cells(frame: pl.DataFrame, nights: Nights, metric: Metric) -> list[_Cell]:
+    """Every cell's series of one metric, aligned on the nights."""
     rows = frame.filter(pl.col(metric.column).is_not_null())
     if metric.cache is not None:
         rows = rows.filter(pl.col("cache") == metric.cache)
     keys = [k for k in CELL if k != "cache" or metric.cache is None]
+    return [
+        _Cell(
+            dict(zip(keys, key, strict=True)),
+            _aligned(sub, nights, metric.column),
+            _aligned(sub, nights, metric.ci_low),
+            _aligned(sub, nights, metric.ci_high),
+        )
+        for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items()
+    ]
+
+
+def metric_series(
+    frame: pl.DataFrame, nights: Nights, metric: Metric, threshold: float, min_nights: int
+) -> list[Series]:
+    """Every cell's series of one metric, fitted and judged.
+
+    Each night's noise is its interval's plus the night-to-night noise ``tau``, pooled
+    over all the cells of this metric (:func:`~sessiongen.trend.stepdetect.pooled_night_noise`):
+    the store's history, not one series' few nights, says how much nights differ.
+    """
+    cells = _cells(frame, nights, metric)
+    prior = pooled_night_noise([(c.logs, c.sigma) for c in cells])
     out = []
-    for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items():
-        cell = dict(zip(keys, key, strict=True))
-        values = _aligned(sub, nights, metric.column)
-        low = _aligned(sub, nights, metric.ci_low)
-        high = _aligned(sub, nights, metric.ci_high)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.where(values > 0, np.log(values), np.nan)
-        fit = fit_steps(logs, sigma_from_ci(low, high), min_size=min(2, min_nights))
-        finding = _judge(metric, fit, nights, values, threshold, min_nights)
+    for c in cells:
+        fit = fit_steps(c.logs, c.sigma, night_noise_prior=prior, min_size=min(2, min_nights))
+        finding = _judge(metric, fit, nights, c.values, threshold, min_nights)
         if finding is not None:
-            finding.update(cell)
-        out.append(Series(metric, cell, values, low, high, fit, finding))
+            finding.update(c.cell)
+        out.append(Series(metric, c.cell, c.values, c.low, c.high, fit, finding))
     return out
 
 

@@ -34,7 +34,14 @@ class Night:
 
     ttft: Factors = field(default_factory=dict)  # TTFT multipliers (cache "on" only affects ON)
     speedup: Factors = field(default_factory=dict)  # speedup multipliers (cache is "on")
-    noise: float = 0.05
+    noise: float = 0.05  # night-to-night SD of a value, log scale
+    #: SD the night's own interval implies (within-run noise, log scale); None: ``noise``,
+    #: an interval that knows all the night-to-night noise. Smaller: the bootstrap sees
+    #: only part of it, and the rest (``sqrt(noise**2 - ci_noise**2)``) is night noise.
+    ci_noise: float | None = None
+    ci_jitter: float = 0.0  # lognormal SD of each interval's width around ``ci_noise``
+    zero_width: float = 0.0  # probability that an interval has zero width (one sample)
+    louder: Factors = field(default_factory=dict)  # noise multipliers of some cells
     contamination: int = 0
     divergences: int = 0  # on turn 2: ON rows (legacy: both arms' rows)
     errors: int = 0
@@ -63,6 +70,17 @@ def base_ttft(placement: str, cache: str, ctx: int, turn: int) -> float:
     return cold / 4 if placement == "alternate" else 0.3
 
 
+def _draw(night: Night, rng: np.random.Generator, loud: float = 1.0) -> tuple[float, float]:
+    """A night's multiplicative noise and its interval's half-width factor."""
+    noise = night.noise * loud
+    if night.ci_noise is None:
+        return math.exp(rng.normal(0.0, noise)), math.exp(Z95 * noise)
+    within = night.ci_noise * loud * math.exp(rng.normal(0.0, night.ci_jitter))
+    between = math.sqrt(max(0.0, noise**2 - (night.ci_noise * loud) ** 2))
+    noisy = math.exp(rng.normal(0.0, within) + rng.normal(0.0, between))
+    return noisy, 1.0 if rng.random() < night.zero_width else math.exp(Z95 * within)
+
+
 def summary_frame(
     night: Night,
     rng: np.random.Generator,
@@ -79,9 +97,8 @@ def summary_frame(
                 for cache in ("off", "on"):
                     if (placement, cache, turn) in night.missing:
                         continue
-                    noisy = math.exp(rng.normal(0.0, night.noise))
+                    noisy, half = _draw(night, rng, _factor(night.louder, placement, cache, turn))
                     ttft = truth[cache] * _factor(night.ttft, placement, cache, turn) * noisy
-                    half = math.exp(Z95 * night.noise)
                     row = {
                         "placement": placement,
                         "cache": cache,
@@ -112,7 +129,9 @@ def summary_frame(
                             / truth["on"]
                             * _factor(night.speedup, placement, "on", turn)
                         )
-                        s *= math.exp(rng.normal(0.0, night.noise))
+                        loud = _factor(night.louder, placement, "speedup", turn)
+                        noisy, half = _draw(night, rng, loud)
+                        s *= noisy
                         row.update(speedup=s, speedup_ci_low=s / half, speedup_ci_high=s * half)
                     rows.append(row)
     frame = pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
@@ -195,7 +214,11 @@ def write_history(
 
 
 def history_frame(
-    nights: Sequence[Night], seed: int, placements: Sequence[str] = ("alternate",), turns: int = 2
+    nights: Sequence[Night],
+    seed: int,
+    placements: Sequence[str] = ("alternate",),
+    turns: int = 2,
+    contexts: Sequence[int] = (32768,),
 ) -> pl.DataFrame:
     """A history as one in-memory store frame, without files (for fast many-seed checks)."""
     rng = np.random.default_rng(seed)
@@ -203,7 +226,7 @@ def history_frame(
     for i, night in enumerate(nights):
         ident = identity(i, versions=night.versions)
         frames.append(
-            summary_frame(night, rng, placements, turns=turns).with_columns(
+            summary_frame(night, rng, placements, contexts, turns).with_columns(
                 run_id=pl.lit(ident.run_id),
                 started_at=pl.lit(ident.started_at),
                 night=pl.lit(ident.started_at[:10]),

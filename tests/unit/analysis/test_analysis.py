@@ -111,22 +111,6 @@ def test_errors_are_counted_and_excluded(faulty: analysis.Run) -> None:
     assert totals.filter(~pl.col("complete")).height == 2
 
 
-def test_drift_flagged_only_when_planted_and_larger_than_effect(
-    clean: analysis.Run, faulty: analysis.Run, tmp_path: Path
-) -> None:
-    assert not analysis.block_drift(clean)["flagged"].any()
-    drift = analysis.block_drift(faulty)
-    flagged = drift.filter(pl.col("flagged"))
-    assert flagged.select("placement", "cache").rows() == [("fixed", "off")]
-    assert flagged["drift"].item() == pytest.approx(1.5, rel=0.05)
-    # The same drift under alternate (effect 4x) is significant but smaller than the effect.
-    alt = _load(tmp_path, with_changes(CLEAN, drift=1.5, drift_placement="alternate"))
-    row = analysis.block_drift(alt).filter(
-        pl.col("placement") == "alternate", pl.col("cache") == "off"
-    )
-    assert row["significant"].item() and not row["flagged"].item()
-
-
 def test_contamination_detected_when_planted_only(
     clean: analysis.Run, faulty: analysis.Run, tmp_path: Path
 ) -> None:
@@ -223,50 +207,6 @@ def test_latest_run(tmp_path: Path) -> None:
     assert analysis.latest_run(tmp_path) == newer
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> analysis.Run:
-    return analysis.load_run(write_run(tmp_path_factory.mktemp("a"), CLEAN))
-
-
-def _repeat(tmp_path: Path, **changes: object) -> analysis.Run:
-    """Another run of the same scenario (same sessions, new noise)."""
-    return _load(tmp_path, with_changes(CLEAN, noise_seed=7, **changes))
-
-
-def test_compare_flags_a_planted_slowdown(baseline: analysis.Run, tmp_path: Path) -> None:
-    result = analysis.compare_runs(baseline, _repeat(tmp_path, slowdown=1.3))
-    assert result.verdict == "regression"
-    assert result.frame.height == 24 and result.frame["regression"].sum() >= 20
-    assert result.frame["ratio"].median() == pytest.approx(1.3, rel=0.05)
-    assert "regression" in result.summary() and "REGRESSION" in result.to_text()
-
-
-def test_compare_no_change_and_improvement(baseline: analysis.Run, tmp_path: Path) -> None:
-    same = analysis.compare_runs(baseline, _repeat(tmp_path / "same"))
-    assert same.verdict == "no change", same.to_text()
-    faster = _repeat(tmp_path / "fast", slowdown=0.7)
-    assert analysis.compare_runs(baseline, faster).verdict == "improvement"
-    one_sided = analysis.compare_runs(baseline, faster, alternative="b-slower")
-    assert one_sided.verdict == "no change"
-
-
-def test_compare_threshold_hides_small_slowdowns(baseline: analysis.Run, tmp_path: Path) -> None:
-    slower = _repeat(tmp_path, slowdown=1.2)
-    assert analysis.compare_runs(baseline, slower, threshold=0.05).verdict == "regression"
-    assert analysis.compare_runs(baseline, slower, threshold=0.3).verdict == "no change"
-
-
-def test_compare_refuses_other_scenarios_unless_forced(
-    baseline: analysis.Run, tmp_path: Path
-) -> None:
-    other = _load(tmp_path, with_changes(CLEAN, turns=5))
-    with pytest.raises(RunDirError, match="scenario_digest"):
-        analysis.compare_runs(baseline, other)
-    forced = analysis.compare_runs(baseline, other, force=True)
-    assert any("digests differ" in note for note in forced.notes)
-    assert forced.frame.filter(pl.col("turn") == 6)["n_b"].to_list() == [0, 0, 0, 0]
-
-
 def test_resolve_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = write_run(tmp_path / "runs", CLEAN)
     nested = tmp_path / "notebooks"
@@ -279,11 +219,3 @@ def test_resolve_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("SESSIONGEN_RUN")
     with pytest.raises(RunDirError, match="no runs/ folder"):
         analysis.resolve_run_dir(start=Path("/"))
-
-
-def test_drift_needs_enough_sessions_to_be_judged(tmp_path: Path) -> None:
-    few = _load(tmp_path, with_changes(CLEAN, sessions=2, drift=1.5))
-    row = analysis.block_drift(few).filter(pl.col("placement") == "fixed", pl.col("cache") == "off")
-    assert row["drift"].item() == pytest.approx(1.5, rel=0.1)
-    assert row["n_units"].item() == 2 and not row["significant"].item()
-    assert analysis.block_drift(few, min_units=2).filter(pl.col("flagged")).height == 1

@@ -83,9 +83,9 @@ def test_no_change_on_flat_series_with_5_percent_noise() -> None:
     assert len(changed) <= 1, changed
 
 
-def test_noise_beyond_the_intervals_is_absorbed_by_the_noise_scale() -> None:
-    # Intervals twice too narrow (night-to-night noise the bootstrap cannot see): the
-    # scale from successive differences keeps false changes rare.
+def test_noise_beyond_the_intervals_is_added_as_night_noise() -> None:
+    # Intervals that see half the noise (night-to-night noise the bootstrap cannot see):
+    # tau makes up the rest, sqrt(0.05**2 - 0.025**2) = 0.043, and false changes stay rare.
     n = 20
     changed = sum(
         len(sd.fit_steps(_series(seed, n, {}), _sigma(n, NOISE / 2)).segments) > 1
@@ -95,10 +95,49 @@ def test_noise_beyond_the_intervals_is_absorbed_by_the_noise_scale() -> None:
         len(sd.fit_steps(_series(seed, n, {}), _sigma(n, NOISE / 2), penalty=1.0).segments) > 1
         for seed in range(20)
     )
-    assert changed <= 6, changed  # 3 of 200 today
+    assert changed <= 4, changed
     assert unscaled >= 10  # the same data does split when the penalty is tiny
-    scales = [sd.fit_steps(_series(s, n, {}), _sigma(n, NOISE / 2)).noise_scale for s in range(50)]
-    assert float(np.median(scales)) == pytest.approx(2.0, rel=0.15)
+    point = [sd.night_noise(_series(s, n, {}), _sigma(n, NOISE / 2), upper=None) for s in range(80)]
+    assert float(np.median(point)) == pytest.approx(math.sqrt(0.05**2 - 0.025**2), rel=0.15)
+    bound = [sd.night_noise(_series(s, n, {}), _sigma(n, NOISE / 2)) for s in range(80)]
+    assert all(b >= p for b, p in zip(bound, point, strict=True))
+
+
+def test_honest_intervals_need_no_night_noise() -> None:
+    taus = np.array([sd.night_noise(_series(s, 40, {}), _sigma(40), upper=None) for s in range(60)])
+    assert (taus == 0).sum() >= 20  # the intervals explain the noise ...
+    assert math.hypot(NOISE, float(np.median(taus))) < 1.1 * NOISE  # ... up to estimation
+
+
+def test_pooling_estimates_night_noise_that_one_short_series_cannot() -> None:
+    # 50 series of 7 nights whose intervals see 40% of a 5% noise: tau = 0.046.
+    truth = math.sqrt(0.05**2 - 0.02**2)
+    series = [(_series(s, 7, {}), _sigma(7, 0.02)) for s in range(50)]
+    own = [sd.night_noise(y, sig, upper=None) for y, sig in series]
+    assert sum(o < 0.7 * truth for o in own) >= 5  # one series often looks quiet
+    pooled = sd.pooled_night_noise(series, upper=None)
+    assert pooled == pytest.approx(truth, rel=0.15)
+
+
+def test_zero_width_intervals_do_not_disable_detection() -> None:
+    # One sample per night gives zero-width intervals. The old scale, floored at 1 on
+    # sigmas of 1, made every level the same; the night noise from the data finds steps.
+    n = 20
+    zeros = np.zeros(n)
+    for seed in range(20):
+        assert sd.fit_steps(_series(seed, n, {12: 1.3}), zeros).steps == [12], seed
+        mixed = _sigma(n)
+        mixed[::3] = 0.0  # some nights with a zero-width interval
+        assert sd.fit_steps(_series(seed, n, {12: 1.3}), mixed).steps == [12], seed
+    flat = sum(len(sd.fit_steps(_series(s, n, {}), zeros).segments) > 1 for s in range(100))
+    assert flat <= 2, flat
+
+
+def test_a_prior_sets_the_least_night_noise() -> None:
+    y, sig = _series(4, 20, {}), _sigma(20, NOISE / 2)
+    own = sd.fit_steps(y, sig).night_noise
+    assert sd.fit_steps(y, sig, night_noise_prior=0.0).night_noise == own
+    assert sd.fit_steps(y, sig, night_noise_prior=3 * own).night_noise == 3 * own
 
 
 def test_single_outliers_do_not_make_steps() -> None:

@@ -1,0 +1,70 @@
+"""Benchmark: false alarms and power of the nightly trend check. Prints, asserts nothing.
+
+    .venv/bin/python bench/trend_noise.py [--suites 4] [--nights 30] [--power-seeds 3]
+
+Synthetic suites of 108 series (tests/support/trend_suite.py: 2 placements x 3 context
+sizes x 6 turns, TTFT per arm and speedup), checked every night as the nightly job does:
+
+- **false alarms per 100 flat series per night**: nothing changes; every finding counts
+  (checks on nights 6..``--nights``). Two kinds of intervals: *narrow* (each night's
+  interval sees 40% of the night-to-night SD, its width varies 50% from night to night
+  and 5% have zero width: what few sessions per run give) and *honest* (the interval
+  matches the night-to-night noise);
+- **power**: 14 flat nights, then every series steps 20% or 30% (TTFT up, speedup down);
+  the share of series with a regression dated to the step night after 1..5 nights at the
+  new level (``--min-nights`` 2: one night is never enough);
+- **six smoke-like nights** with two loud cells (the false "REGRESSION speedup alternate
+  ctx 2048 turn 3" of issue 11): the share of histories with any finding on nights 4-6.
+
+Night-to-night noise 3% and 5% (log-scale SD). Fixed seeds: the same figures everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.trend_history import Night
+from tests.support.trend_suite import false_alarms, power, smoke_like_alarms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", type=int, default=4)
+    parser.add_argument("--nights", type=int, default=30)
+    parser.add_argument("--power-seeds", type=int, default=3)
+    parser.add_argument("--smoke-seeds", type=int, default=200)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    print("false alarms per 100 flat series per night (108-series suites)")
+    for noise in (0.03, 0.05):
+        honest = Night(noise=noise)
+        narrow = replace(honest, ci_noise=0.4 * noise, ci_jitter=0.5, zero_width=0.05)
+        for label, night in (("narrow intervals", narrow), ("honest intervals", honest)):
+            found, checks = false_alarms(night, seeds=range(args.suites), nights=args.nights)
+            print(
+                f"  noise {noise:.0%}, {label:<16}: {100 * found / checks:5.2f}"
+                f"  ({found} in {checks} series-checks)"
+            )
+    print("power: share of stepped series found, after 1..5 nights at the new level")
+    for noise in (0.03, 0.05):
+        night = Night(noise=noise, ci_noise=0.4 * noise, ci_jitter=0.5, zero_width=0.05)
+        for step in (0.2, 0.3):
+            shares = power(night, step, seeds=range(args.power_seeds))
+            text = "  ".join(f"{s:4.0%}" for s in shares)
+            print(f"  noise {noise:.0%}, {step:.0%} step: {text}")
+    alarmed = smoke_like_alarms(range(args.smoke_seeds))
+    print(
+        f"six smoke-like nights: {alarmed / args.smoke_seeds:.1%} of {args.smoke_seeds} "
+        "histories with any finding on nights 4-6"
+    )
+    print(f"({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
