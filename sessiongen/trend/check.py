@@ -88,17 +88,25 @@ ANY_SIZE = ("cache_failures", "contamination")
 
 @dataclass(frozen=True)
 class Nights:
-    """The runs of one folder and target kind, oldest first (at most ``window``)."""
+    """The runs of one folder, target kind and time scale, oldest first (at most ``window``).
+
+    Runs of a simulated target made at different time scales carry different
+    measurement errors (the client's lateness divided by the scale), so they form
+    separate series, never one that would show a "change" at the night the scale did.
+    """
 
     folder: str
     target_kind: str
     run_ids: tuple[str, ...]
     labels: tuple[str, ...]  # night dates
     versions: tuple[dict[str, str], ...]
+    time_scale: float = 1.0
+    several_scales: bool = False  # the folder holds nights at more than one time scale
 
     @property
     def key(self) -> str:
-        return f"{self.folder} [{self.target_kind}]"
+        scale = f", time scale {self.time_scale:g}" if self.several_scales else ""
+        return f"{self.folder} [{self.target_kind}{scale}]"
 
 
 @dataclass(frozen=True)
@@ -117,11 +125,17 @@ class Series:
 def night_groups(
     frame: pl.DataFrame, window: int | None = WINDOW
 ) -> list[tuple[Nights, pl.DataFrame]]:
-    """The store split by folder and target kind, each with its (newest) nights."""
+    """The store split by folder, target kind and time scale, each with its (newest) nights."""
     out = []
-    for (folder, kind), sub in frame.partition_by(
-        "folder", "target_kind", as_dict=True, maintain_order=True
-    ).items():
+    scaled = with_time_scale(frame)
+    counts = scaled.group_by("folder", "target_kind").agg(pl.col("_scale").n_unique())
+    several = {
+        (r["folder"], r["target_kind"]) for r in counts.iter_rows(named=True) if r["_scale"] > 1
+    }
+    groups = scaled.partition_by(
+        "folder", "target_kind", "_scale", as_dict=True, maintain_order=True
+    )
+    for (folder, kind, scale), sub in groups.items():
         runs = sub.select("run_id", "started_at", "night", "versions").unique("run_id")
         runs = runs.sort("started_at", "run_id")
         if window:
@@ -132,9 +146,23 @@ def night_groups(
             tuple(runs["run_id"].to_list()),
             tuple(runs["night"].to_list()),
             tuple(json.loads(v) for v in runs["versions"].to_list()),
+            float(scale),
+            (folder, kind) in several,
         )
         out.append((nights, sub.filter(pl.col("run_id").is_in(list(nights.run_ids)))))
     return out
+
+
+def with_time_scale(frame: pl.DataFrame) -> pl.DataFrame:
+    """The store's rows with ``_scale``: their run's time scale (stores written before the
+    column existed: the simulator profile's in ``versions``, else 1)."""
+    from_versions = (
+        pl.col("versions").str.json_path_match("$['sim.time_scale']").cast(pl.Float64, strict=False)
+    )
+    column = pl.col("time_scale") if "time_scale" in frame.columns else pl.lit(None)
+    return frame.with_columns(
+        _scale=pl.coalesce(column.cast(pl.Float64), from_versions, pl.lit(1.0))
+    )
 
 
 def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> NDArray[np.float64]:
@@ -320,6 +348,7 @@ def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list
 FINDING_SCHEMA: dict[str, pl.DataType] = {
     "folder": pl.String(),
     "target_kind": pl.String(),
+    "time_scale": pl.Float64(),
     "kind": pl.String(),  # regression | improvement
     "metric": pl.String(),
     "placement": pl.String(),
@@ -484,7 +513,11 @@ def trend_check(
     groups = check_groups(frame, threshold, min_nights, per_metric_thresholds, window)
     rows = []
     for nights, series, counts in groups:
-        where = {"folder": nights.folder, "target_kind": nights.target_kind}
+        where = {
+            "folder": nights.folder,
+            "target_kind": nights.target_kind,
+            "time_scale": nights.time_scale,
+        }
         rows += [{**where, **f} for f in counts]
         rows += [{**where, **s.finding} for s in series if s.finding is not None]
     findings = rows_frame(rows, FINDING_SCHEMA).sort(

@@ -101,7 +101,8 @@ def _headline_figure(nights: Nights, metric: str, title: str, series: list[Serie
 
 def draw_group(nights: Nights, series: list[Series], out_dir: Path) -> list[Path]:
     """The headline figures of one folder and target kind; return the PNG paths."""
-    folder = out_dir / _safe(f"{nights.folder}-{nights.target_kind}")
+    scale = f"-x{nights.time_scale:g}" if nights.time_scale != 1.0 else ""
+    folder = out_dir / _safe(f"{nights.folder}-{nights.target_kind}{scale}")
     keyed: dict[tuple[str, str, int], list[Series]] = {}
     for s in series:
         key = (s.metric.name, str(s.cell["placement"]), int(s.cell["context_tokens"]))

@@ -43,6 +43,7 @@ IDENTITY_SCHEMA: dict[str, pl.DataType] = {
     "target_kind": pl.String(),
     "simulated": pl.Boolean(),
     "versions": pl.String(),
+    "time_scale": pl.Float64(),
 }
 
 
@@ -57,6 +58,7 @@ class RunIdentity:
     target_kind: str
     simulated: bool
     versions: dict[str, str] = field(default_factory=dict)
+    time_scale: float = 1.0
 
     @classmethod
     def of(cls, meta: RunMeta) -> RunIdentity:
@@ -69,6 +71,7 @@ class RunIdentity:
             target_kind=meta.target_kind,
             simulated=meta.simulated,
             versions=versions_of(meta),
+            time_scale=meta.time_scale,
         )
 
     @property
@@ -136,6 +139,7 @@ def add_summary(store: str | Path, summary: pl.DataFrame, identity: RunIdentity)
         "target_kind": identity.target_kind,
         "simulated": identity.simulated,
         "versions": json.dumps(identity.versions, sort_keys=True),
+        "time_scale": identity.time_scale,
     }
     frame = summary.with_columns(
         pl.lit(value, dtype=IDENTITY_SCHEMA[name]).alias(name) for name, value in ident.items()

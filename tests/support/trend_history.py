@@ -183,6 +183,7 @@ def identity(
     """The identity of night ``i`` (one day apart, 02:00 UTC)."""
     when = START + timedelta(days=i)
     base = {"sessiongen": "0.1.0", "git_sha": "abc123", "target": "sim", "sim.slowdown": "1.0"}
+    scale = float((versions or {}).get("sim.time_scale", 1.0))
     return tstore.RunIdentity(
         run_id=f"{when:%Y%m%dT%H%M%SZ}-{name}-{i:04x}",
         scenario_name=name,
@@ -191,6 +192,7 @@ def identity(
         target_kind="sim",
         simulated=True,
         versions={**base, **(versions or {})},
+        time_scale=scale,
     )
 
 

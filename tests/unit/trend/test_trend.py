@@ -295,3 +295,16 @@ def test_plot_writes_one_png_per_headline_series(tmp_path: Path) -> None:
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
         assert path.parent.name == "nightly-nightly-digest-sim"
+
+
+def test_runs_at_another_time_scale_form_their_own_series(tmp_path: Path) -> None:
+    """A simulated run's measurement error scales with 1 / time scale: nights at another
+    scale are never read as a change of the same series."""
+    store = tmp_path / "store"
+    fast = Night(versions={"sim.time_scale": "0.05"})
+    slow = Night(versions={"sim.time_scale": "0.5"}, ttft={("*", "*", "*"): 1.3})
+    write_history(store, [fast] * 6 + [slow] * 4)
+    result = trend.trend_check(store)
+    assert len(result.groups) == 2 and any("time scale 0.05" in k for k in result.groups)
+    assert result.regressions.is_empty()  # 30% slower, but at another scale: not a change
+    assert set(result.findings["time_scale"].to_list()) <= {0.05, 0.5}
