@@ -251,7 +251,7 @@ def _summarize(run_dir: Path, report: bool) -> None:
     from sessiongen import analysis
     from sessiongen import report as report_mod
 
-    run = analysis.load_run(run_dir)
+    run = analysis.load_run(run_dir).levels_apart()
     for line in analysis.trust_warnings(run):
         click.echo(line, err=True)
     click.echo(analysis.console_table(run))
@@ -309,8 +309,8 @@ def compare(run_a: str, run_b: str, threshold: float, alpha: float, force: bool)
     from sessiongen import analysis
 
     result = analysis.compare_runs(
-        analysis.load_run(Path(run_a)),
-        analysis.load_run(Path(run_b)),
+        analysis.load_run(Path(run_a)).levels_apart(),
+        analysis.load_run(Path(run_b)).levels_apart(),
         threshold=threshold,
         alpha=alpha,
         force=force,

@@ -96,6 +96,21 @@ class Run:
         """The same run restricted to some requests (e.g. one context size or placement)."""
         return replace(self, requests=self.requests.filter(*predicates))
 
+    def levels_apart(self) -> Run:
+        """The run with each load level as its own placement (``fixed @ 16``) when it swept
+        several, so that per-arm statistics never pool requests made at different loads;
+        the run itself when it ran one level."""
+        levels = self.requests["load_level"].drop_nulls().unique()
+        if levels.len() < 2:
+            return self
+        level = pl.col("load_level")
+        text = {v: f"{v:g}" for v in levels.to_list()}
+        label = pl.concat_str(
+            pl.col("placement"), pl.lit(" @ "), level.replace_strict(text, return_dtype=pl.String)
+        )
+        named = pl.when(level.is_null()).then(pl.col("placement")).otherwise(label)
+        return replace(self, requests=self.requests.with_columns(named.alias("placement")))
+
 
 def load_run(run_dir: str | Path) -> Run:
     """Read a run folder: manifest, requests (warm-up dropped, modeled seconds), metrics."""

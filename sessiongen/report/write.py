@@ -541,7 +541,8 @@ def write_report(
     ``logprob_tol`` is the equivalence probe's tolerance on first-token logprob
     differences (:data:`sessiongen.analysis.checks.LOGPROB_TOL`).
     """
-    run = load_run(run_dir)
+    whole = load_run(run_dir)
+    run = whole.levels_apart()  # per-arm sections never pool requests made at different loads
     out = run.path / "report"
     ensure_dir(out)
     frames = Frames.compute(run, boot, logprob_tol)
@@ -556,7 +557,7 @@ def write_report(
             for i, b in enumerate(blocks)
             if isinstance(b, Heading) and b.text.startswith("Headline")
         )
-        blocks[at:at] = load_section(run, out, plots.caption(run), boot)
+        blocks[at:at] = load_section(whole, out, plots.caption(run), boot)
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())

@@ -163,7 +163,7 @@ def trend_add(run_dirs: Iterable[str | Path], store: str | Path) -> list[Path]:
         run = load_run(run_dir)
         if not run.meta.complete:
             raise RunDirError(f"{run.path}: incomplete run (interrupted?); not added to trend")
-        prepared.append((run_summary(run), identity))
+        prepared.append((run_summary(run.levels_apart()), identity))
     added = [add_summary(store, summary, ident) for summary, ident in prepared]
     return [p for p in added if p is not None]
 

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from sessiongen.analysis import load
@@ -111,3 +112,14 @@ def test_a_run_without_load_columns_is_one_level() -> None:
     rows = [{**r, "load_level": None} for r in level_rows(1.0, "off", [1.0] * 3)]
     table = load.load_table(make_run(rows), ttft_s=2.0)
     assert table["load_level"].to_list() == [1.0] and table["turns"].to_list() == [3]
+
+
+def test_levels_apart_keeps_each_level_its_own_arm() -> None:
+    """The same sessions replayed at two levels: per-arm medians must not pool them."""
+    rows = level_rows(1.0, "off", [1.0] * 5) + level_rows(8.0, "off", [9.0] * 5)
+    run = make_run(rows)
+    apart = run.levels_apart()
+    medians = dict(apart.requests.group_by("placement").agg(pl.col("ttft_s").median()).iter_rows())
+    assert medians == {"fixed @ 1": 1.0, "fixed @ 8": 9.0}
+    single = make_run(level_rows(4.0, "off", [2.0] * 3))
+    assert single.levels_apart() is single
