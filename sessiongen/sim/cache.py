@@ -17,6 +17,7 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,20 +66,83 @@ def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
     ids 0) scrambles to 0 (splitmix's finaliser maps 0 to 0), and ``[0]`` and ``[0, 0]``
     with one-token blocks got the same key at positions 0 and 1 (found by hypothesis).
     """
-    blocks = len(ids) // block_tokens
-    if blocks == 0:
-        return []
-    with np.errstate(over="ignore"):
-        grid = np.asarray(ids[: blocks * block_tokens], dtype=np.uint64).reshape(blocks, -1)
-        sums = (grid * _weights(block_tokens)).sum(axis=1, dtype=np.uint64)
-        positions = np.arange(1, blocks + 1, dtype=np.uint64) * _U64(_POSITION)
-        digests = _mix(sums + positions)
-        # Powers are cached per length; prompts grow turn by turn, so round up.
-        length = 1 << (blocks - 1).bit_length()
-        scaled = np.cumsum(digests * _powers(_R_INV, length)[:blocks], dtype=np.uint64)
-        chain = _mix(scaled * _powers(_R, length)[:blocks])
-    keys: list[int] = chain.tolist()
+    keys: list[int] = KeyChain.of(ids, block_tokens).keys.tolist()
     return keys
+
+
+class KeyChain:
+    """The chain keys of a token sequence, extendable without rehashing its head.
+
+    ``keys`` (uint64) are exactly :func:`chain_keys` of all tokens so far; the running
+    sum ``cumsum(d_k R^-k)`` at the last whole block and the tokens past it are kept, so
+    :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
+    the answer, a new question) or a request's output costs what is new, not the whole
+    context again.
+    """
+
+    __slots__ = ("_scaled", "_tail", "block_tokens", "keys", "tokens")
+
+    def __init__(
+        self,
+        block_tokens: int,
+        keys: NDArray[np.uint64],
+        tokens: int,
+        scaled: np.uint64,
+        tail: NDArray[np.uint64],
+    ) -> None:
+        self.block_tokens = block_tokens
+        self.keys = keys
+        self.tokens = tokens
+        self._scaled = scaled
+        self._tail = tail
+
+    @classmethod
+    def of(cls, ids: Any, block_tokens: int) -> KeyChain:
+        """The keys of ``ids`` (any integer sequence)."""
+        empty = np.zeros(0, dtype=np.uint64)
+        return cls(block_tokens, empty, 0, _U64(0), empty).extend(ids)
+
+    def extend(self, ids: Any) -> KeyChain:
+        """The keys of this sequence followed by ``ids`` (this one is unchanged)."""
+        new = np.asarray(ids, dtype=np.uint64)
+        seq = np.concatenate([self._tail, new]) if len(self._tail) else new
+        size, done = self.block_tokens, len(self.keys)
+        blocks = len(seq) // size
+        if blocks == 0:
+            return KeyChain(size, self.keys, self.tokens + len(new), self._scaled, seq)
+        with np.errstate(over="ignore"):
+            grid = seq[: blocks * size].reshape(blocks, size)
+            sums = (grid * _weights(size)).sum(axis=1, dtype=np.uint64)
+            positions = np.arange(done + 1, done + blocks + 1, dtype=np.uint64) * _U64(_POSITION)
+            digests = _mix(sums + positions)
+            # Powers are cached per length; prompts grow turn by turn, so round up.
+            length = 1 << (done + blocks - 1).bit_length()
+            inverse = _powers(_R_INV, length)[done : done + blocks]
+            scaled = self._scaled + np.cumsum(digests * inverse, dtype=np.uint64)
+            chain = _mix(scaled * _powers(_R, length)[done : done + blocks])
+        keys = np.concatenate([self.keys, chain]) if done else chain
+        tail = seq[blocks * size :]
+        return KeyChain(size, keys, self.tokens + len(new), _U64(scaled[-1]), tail)
+
+
+@dataclass(frozen=True)
+class PromptKeys:
+    """A token sequence's keys at both granularities: vLLM blocks and LMCache chunks."""
+
+    local: KeyChain
+    pool: KeyChain
+
+    @classmethod
+    def of(cls, ids: Any, block_tokens: int, chunk_tokens: int) -> PromptKeys:
+        return cls(KeyChain.of(ids, block_tokens), KeyChain.of(ids, chunk_tokens))
+
+    @property
+    def tokens(self) -> int:
+        return self.local.tokens
+
+    def extend(self, ids: Any) -> PromptKeys:
+        """The keys of this sequence followed by ``ids``."""
+        return PromptKeys(self.local.extend(ids), self.pool.extend(ids))
 
 
 class _LRUKeys:
