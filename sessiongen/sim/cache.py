@@ -1,14 +1,14 @@
-"""Prefix caches of the simulated replicas: a per-replica block cache and a shared pool.
+"""Chain-hash keys of token blocks, and the shared pool's contents.
 
-Both key their entries by *chain hashes*: the key of block ``j`` depends on the tokens of
-blocks ``0..j``, as in vLLM's prefix cache and LMCache, so a key stands for a whole
+Caches key their entries by *chain hashes*: the key of block ``j`` depends on the tokens
+of blocks ``0..j``, as in vLLM's prefix cache and LMCache, so a key stands for a whole
 prefix and a lookup is the longest run of present keys from the start. Only whole
 blocks (chunks) have keys: the tail of a prompt past its last full block is always
-recomputed.
+recomputed. The replicas' own KV caches are in :mod:`sessiongen.sim.kvcache`.
 
-Eviction is LRU over keys. An insert touches a prompt's keys from last to first, so the
-tail of a prefix is older than its head and is evicted first (what vLLM's free-block
-queue does); evicting a head block would orphan everything after it.
+The pool's eviction is LRU over keys. An insert touches a prompt's keys from last to
+first, so the tail of a prefix is older than its head and is evicted first (what vLLM's
+free-block queue does); evicting a head block would orphan everything after it.
 """
 
 from __future__ import annotations
@@ -148,9 +148,10 @@ class PromptKeys:
 class _LRUKeys:
     """An LRU set of chain-hash keys with a capacity in entries.
 
-    Each key carries the time from which it is visible, so that a prompt can be stored
-    when its prefill is scheduled (where the work is absorbed by the request's deadline)
-    yet be found only once its modeled prefill has ended.
+    Each key carries the time from which it is visible (the end of the engine step that
+    computed it), so that a lookup at an earlier modeled time does not find it even when
+    it is processed later (the served simulator schedules a request from its arrival,
+    which may lie a little behind the events already processed).
     """
 
     def __init__(self, capacity: int) -> None:
@@ -184,42 +185,6 @@ class _LRUKeys:
         self._keys.clear()
 
 
-class LocalPrefixCache:
-    """One replica's GPU prefix cache (vLLM): whole blocks, LRU, capacity in tokens."""
-
-    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self._lru = _LRUKeys(max(capacity_tokens // block_tokens, 0))
-
-    def keys(self, ids: NDArray[Any]) -> list[int]:
-        """The block keys of a prompt (compute once per request, off the event loop)."""
-        return chain_keys(ids, self.block_tokens)
-
-    def lookup(self, keys: Sequence[int], max_tokens: int) -> int:
-        """Tokens of the longest cached whole-block prefix, at most ``max_tokens``."""
-        usable = keys[: max(max_tokens, 0) // self.block_tokens]
-        return self._lru.prefix_len(usable) * self.block_tokens
-
-    def insert(self, keys: Sequence[int]) -> None:
-        """Store a prompt's blocks.
-
-        The replica looks its cache up only while holding its prefill slot, which the
-        storing request holds until its prefill ends, so storing early is invisible.
-        """
-        self._lru.insert(keys)
-
-    def clear(self) -> None:
-        self._lru.clear()
-
-    @property
-    def cached_tokens(self) -> int:
-        return len(self._lru) * self.block_tokens
-
-    @property
-    def evicted_tokens(self) -> int:
-        return self._lru.evictions * self.block_tokens
-
-
 class SharedPool:
     """The shared host-memory pool (LMCache): whole chunks, LRU, capacity in bytes."""
 
@@ -238,7 +203,7 @@ class SharedPool:
         return self._lru.prefix_len(usable, now) * self.chunk_tokens
 
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
-        """Store a prompt's chunks, found by lookups from ``visible_at`` on (its prefill end)."""
+        """Store a prompt's chunks, found by lookups from ``visible_at`` on (a step's end)."""
         self._lru.insert(keys, visible_at)
 
     def clear(self) -> None:

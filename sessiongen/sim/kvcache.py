@@ -23,7 +23,14 @@ last block (its blocks count up towards its head), and eviction takes the smalle
 
 Two requests that compute the same prefix at the same time (neither found the other's
 blocks at admission) both keep their own copies, as vLLM does; the second copy is
-counted but not findable, and is freed uncached.
+counted but not findable, and is freed uncached. The second request also holds the
+first copy (its path goes through it) until it ends, where vLLM would let that copy be
+evicted and find the prefix through the second: one extra copy per such prefix.
+
+Another simplification: blocks that hold no cached content (a finished request's
+partial last block, second copies) are used before any cached block is evicted; vLLM
+takes its free queue strictly in order, so such a block waits behind older cached
+ones. The difference is at most a block or so per finished request.
 """
 
 from __future__ import annotations

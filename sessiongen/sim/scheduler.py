@@ -375,15 +375,17 @@ class ReplicaScheduler:
         kv, pool = self.kv, self.pool
         block = kv.block_tokens
         extra = step.count - 1
+        if extra:  # every step of the run allocated before anybody's blocks are freed
+            for req, _n in step.work:
+                assert req.hold is not None
+                req.computed += extra
+                req.generated += extra
+                granted = kv.grow(req.hold, kv.blocks_for(req.computed) - req.hold.logical)
+                assert granted
         for req, _n in step.work:
             hold = req.hold
             if hold is None:
-                continue  # cannot happen: preemption only happens when a step is formed
-            if extra:
-                req.computed += extra
-                req.generated += extra
-                granted = kv.grow(hold, kv.blocks_for(req.computed) - hold.logical)
-                assert granted
+                continue  # aborted meanwhile
             kv.commit(hold, req.keys, req.computed // block)
             if pool.on:
                 done = min(req.computed, req.prompt_tokens) // pool.chunk_tokens

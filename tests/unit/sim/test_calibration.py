@@ -23,6 +23,7 @@ from tests.support.study import (
     probe_hits,
     probe_prompts,
     probe_ttft,
+    run_probes,
 )
 
 TOLERANCE = 0.10
@@ -40,6 +41,17 @@ def test_probe_hits_follow_block_and_chunk_alignment() -> None:
     assert hits["cold"] == (128_000, 0, 0)
     assert hits["local"] == (128_032, 128_000, 0)  # 8,000 whole 16-token blocks
     assert hits["cross"] == (128_032, 0, 81 * 1568)  # 81 whole chunks, tail recomputed
+
+
+@pytest.mark.parametrize("n", sorted(STUDY_TTFT_S))
+def test_scheduler_alone_takes_exactly_the_model_ttft(n: int) -> None:
+    """One request alone on its replica: the step-by-step engine (chunked prefill at
+    8,192 tokens a step, pool load over the link) adds up to the pure model's TTFT."""
+    profile = SimProfile()
+    expected = probe_ttft(profile, n)
+    for probe, result in run_probes(profile, n).items():
+        assert result.ttft_s == pytest.approx(expected[probe], rel=1e-12, abs=1e-12)
+        assert result.queue_s == 0 and result.preemptions == 0
 
 
 def test_slowdown_multiplies_every_modeled_latency() -> None:
