@@ -70,6 +70,16 @@ def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
     return keys
 
 
+class _KeyBuffer:
+    """Key storage with room to grow, shared by a chain and its extensions."""
+
+    __slots__ = ("array", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.array = np.zeros(capacity, dtype=np.uint64)
+        self.used = 0
+
+
 class KeyChain:
     """The chain keys of a token sequence, extendable without rehashing its head.
 
@@ -77,39 +87,80 @@ class KeyChain:
     sum ``cumsum(d_k R^-k)`` at the last whole block and the tokens past it are kept, so
     :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
     the answer, a new question) or a request's output costs what is new, not the whole
-    context again.
+    context again: the keys live in a buffer with spare room that the latest extension
+    appends to (a chain extended twice from the same point copies once).
     """
 
-    __slots__ = ("_scaled", "_tail", "block_tokens", "keys", "tokens")
+    __slots__ = ("_buf", "_last", "_scaled", "_tail", "block_tokens", "blocks", "tokens")
 
     def __init__(
         self,
         block_tokens: int,
-        keys: NDArray[np.uint64],
+        buf: _KeyBuffer,
+        blocks: int,
         tokens: int,
         scaled: np.uint64,
         tail: NDArray[np.uint64],
     ) -> None:
         self.block_tokens = block_tokens
-        self.keys = keys
+        self._buf = buf
+        self.blocks = blocks
         self.tokens = tokens
         self._scaled = scaled
         self._tail = tail
+        self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int) -> KeyChain:
         """The keys of ``ids`` (any integer sequence)."""
         empty = np.zeros(0, dtype=np.uint64)
-        return cls(block_tokens, empty, 0, _U64(0), empty).extend(ids)
+        return cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+
+    @classmethod
+    def unique(cls, tokens: int, block_tokens: int, seed: int) -> KeyChain:
+        """Keys of ``tokens`` tokens that no other sequence shares, without the tokens.
+
+        For a simulation that needs a context's identity, not its text (a planner
+        simulating a day of 128k-token sessions cannot tokenize them): the keys and
+        the chain state are drawn from ``seed``, so the result is reproducible and can
+        be extended with real tokens like any chain. Two seeds collide with odds of
+        about 2^-64 per block.
+        """
+        rng = np.random.default_rng([seed, block_tokens])
+        blocks = tokens // block_tokens
+        buf = _KeyBuffer(max(blocks + blocks // 2, 64))
+        buf.array[:blocks] = rng.integers(0, 2**64, blocks, dtype=np.uint64, endpoint=False)
+        buf.used = blocks
+        scaled = _U64(rng.integers(0, 2**64, dtype=np.uint64, endpoint=False))
+        tail = rng.integers(0, 2**32, tokens - blocks * block_tokens, dtype=np.uint64)
+        return cls(block_tokens, buf, blocks, tokens, scaled, tail)
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        """The keys (a read-only view; later extensions never change it)."""
+        view: NDArray[np.uint64] = self._buf.array[: self.blocks]
+        return view
 
     def extend(self, ids: Any) -> KeyChain:
-        """The keys of this sequence followed by ``ids`` (this one is unchanged)."""
+        """The keys of this sequence followed by ``ids`` (this one is unchanged).
+
+        The last extension is remembered: extending again by the same ids returns it
+        (a request's prompt extended by its answer, then again for the next turn).
+        """
         new = np.asarray(ids, dtype=np.uint64)
+        last = self._last
+        if last is not None and np.array_equal(last[0], new):
+            return last[1]
+        out = self._extend(new)
+        self._last = (new, out)
+        return out
+
+    def _extend(self, new: NDArray[np.uint64]) -> KeyChain:
         seq = np.concatenate([self._tail, new]) if len(self._tail) else new
-        size, done = self.block_tokens, len(self.keys)
+        size, done = self.block_tokens, self.blocks
         blocks = len(seq) // size
         if blocks == 0:
-            return KeyChain(size, self.keys, self.tokens + len(new), self._scaled, seq)
+            return KeyChain(size, self._buf, done, self.tokens + len(new), self._scaled, seq)
         with np.errstate(over="ignore"):
             grid = seq[: blocks * size].reshape(blocks, size)
             sums = (grid * _weights(size)).sum(axis=1, dtype=np.uint64)
@@ -120,9 +171,15 @@ class KeyChain:
             inverse = _powers(_R_INV, length)[done : done + blocks]
             scaled = self._scaled + np.cumsum(digests * inverse, dtype=np.uint64)
             chain = _mix(scaled * _powers(_R, length)[done : done + blocks])
-        keys = np.concatenate([self.keys, chain]) if done else chain
+        buf, total = self._buf, done + blocks
+        if buf.used != done or len(buf.array) < total:
+            grown = _KeyBuffer(max(total + total // 2, 64))
+            grown.array[:done] = buf.array[:done]
+            buf = grown
+        buf.array[done:total] = chain
+        buf.used = total
         tail = seq[blocks * size :]
-        return KeyChain(size, keys, self.tokens + len(new), _U64(scaled[-1]), tail)
+        return KeyChain(size, buf, total, self.tokens + len(new), _U64(scaled[-1]), tail)
 
 
 @dataclass(frozen=True)
@@ -135,6 +192,13 @@ class PromptKeys:
     @classmethod
     def of(cls, ids: Any, block_tokens: int, chunk_tokens: int) -> PromptKeys:
         return cls(KeyChain.of(ids, block_tokens), KeyChain.of(ids, chunk_tokens))
+
+    @classmethod
+    def unique(cls, tokens: int, block_tokens: int, chunk_tokens: int, seed: int) -> PromptKeys:
+        """Keys of a ``tokens``-token context nobody else shares (:meth:`KeyChain.unique`)."""
+        return cls(
+            KeyChain.unique(tokens, block_tokens, seed), KeyChain.unique(tokens, chunk_tokens, seed)
+        )
 
     @property
     def tokens(self) -> int:
@@ -174,12 +238,18 @@ class _LRUKeys:
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
         """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
         entries = self._keys
+        get, last = entries.get, entries.move_to_end
         for key in reversed(keys):
-            entries[key] = min(entries.get(key, visible_at), visible_at)
-            entries.move_to_end(key)
-        while len(entries) > self.capacity:
-            entries.popitem(last=False)
-            self.evictions += 1
+            seen = get(key)
+            if seen is None or seen > visible_at:
+                entries[key] = visible_at
+            last(key)
+        excess = len(entries) - self.capacity
+        if excess > 0:
+            pop = entries.popitem
+            for _ in range(excess):
+                pop(last=False)
+            self.evictions += excess
 
     def clear(self) -> None:
         self._keys.clear()

@@ -124,7 +124,7 @@ class Cluster:
             if pending is None or wake < pending:
                 self._wake_at[r] = wake
                 self._push_boundary(r, wake)
-        elif step.count > 1 and sched.truncate(step, t):
+        elif step.count > 1 and step.open and sched.truncate(step, t):
             self._push_boundary(r, step.end)
 
     def _boundary(self, r: int, t: float) -> None:

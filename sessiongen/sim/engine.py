@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,13 @@ log = logging.getLogger("sessiongen.sim")
 
 @dataclass(frozen=True)
 class Job:
-    """A parsed, tokenized and hashed request, ready to be scheduled."""
+    """A parsed, tokenized and hashed request, ready to be scheduled.
+
+    ``output`` is generated while preparing, unless it depends on the admission (a
+    planted pool fault would corrupt this prompt if any of it came from the pool);
+    ``keys`` then cover the output too, so its blocks are cached however fast the
+    modeled decode runs.
+    """
 
     req: GenRequest
     prompt_tokens: int
@@ -50,8 +57,10 @@ class Job:
     output_tokens: int
     sampling_key: int
     keys: PromptKeys
+    local_keys: NDArray[np.uint64]
     digest: str
     answer: str | None
+    output: output.Output | None
 
 
 class Served:
@@ -74,7 +83,7 @@ class Served:
         self.sim = SimRequest(
             prompt_tokens=job.prompt_tokens,
             output_tokens=job.output_tokens,
-            keys=job.keys.local.keys,
+            keys=job.local_keys,
             pool_keys=job.keys.pool.keys.tolist(),
             arrival=world.modeled(arrival),
             tag=self,
@@ -205,7 +214,8 @@ class World:
         digest = output.prompt_digest(ids)
         key = output.sampling_key(req.temperature, req.seed)
         p = self.profile
-        return Job(
+        keys = PromptKeys.of(ids, p.local_block_tokens, p.pool_chunk_tokens)
+        job = Job(
             req=req,
             prompt_tokens=n,
             max_tokens=max_tokens,
@@ -213,10 +223,16 @@ class World:
                 digest, key, max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos
             ),
             sampling_key=key,
-            keys=PromptKeys.of(ids, p.local_block_tokens, p.pool_chunk_tokens),
+            keys=keys,
+            local_keys=keys.local.keys,
             digest=digest,
             answer=self._needle_answer(req),
+            output=None,
         )
+        if output.is_corrupted(digest, 1, p.pool_corruption):
+            return job  # the output waits for the admission's pool hit
+        out, local_keys = self.complete(job, pool_hit=0)
+        return dataclasses.replace(job, output=out, local_keys=local_keys)
 
     def _needle_answer(self, req: GenRequest) -> str | None:
         if req.api == "chat":
@@ -228,8 +244,8 @@ class World:
     def complete(self, job: Job, pool_hit: int) -> tuple[output.Output, NDArray[np.uint64]]:
         """The request's output and the KV block keys of prompt plus output.
 
-        Runs in a worker thread while the prefill is modeled; the keys let the answer's
-        full blocks be cached, as vLLM caches blocks of generated tokens.
+        Runs in a worker thread; the keys let the answer's full blocks be cached, as
+        vLLM caches blocks of generated tokens.
         """
         req = job.req
         corrupted = output.is_corrupted(job.digest, pool_hit, self.profile.pool_corruption)

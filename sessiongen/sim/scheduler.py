@@ -26,9 +26,11 @@ step is scheduled (as vLLM's ``_update_after_schedule``); what the step makes vi
 to others (full KV blocks for lookups, chunks in the pool) appears at its end
 (:meth:`ReplicaScheduler.complete`).
 
-A decode-only step can stand for a run of identical steps (:meth:`ReplicaScheduler.extend`):
-nothing changes in such a run but contexts growing by one token a step, until a
-request finishes or the KV cache runs short, so the virtual clock jumps to its end.
+A steady step can stand for the run of identical steps that follows it
+(:meth:`ReplicaScheduler.extend`): decodes, and at most one long prompt taking the rest
+of each step's budget in chunks. Nothing changes in such a run but contexts growing,
+which changes step durations linearly, until a request finishes, the prompt is
+complete or the KV cache runs short, so the virtual clock jumps to its end.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ class SimRequest:
         self.kv_blocks_at_admission = 0
         self.running_at_admission = 0
         self.waiting_at_admission = 0
-        self.pool_stored = 0  # chunks of the prompt stored in the pool so far
+        self.pool_stored = 0  # prompt chunks stored in the pool so far (-1: all, refreshed)
         self.aborted = False
 
     @property
@@ -135,15 +137,17 @@ class Step:
     __slots__ = (
         "admitted",
         "count",
-        "decode_only",
         "delta",
         "duration",
         "end",
         "finished",
+        "open",
+        "partial",
         "parts",
         "preempted",
         "sampled",
         "start",
+        "steady",
         "work",
     )
 
@@ -158,7 +162,14 @@ class Step:
         self.preempted: list[SimRequest] = []
         self.sampled: list[SimRequest] = []  # sample a token at the end of the first step
         self.finished: list[SimRequest] = []  # filled by ReplicaScheduler.complete
-        self.decode_only = False
+        # Whether the steps after this one repeat it (see ReplicaScheduler.extend): only
+        # decodes, and at most one prompt part-way through its prefill (``partial``),
+        # which then takes all the budget that is left.
+        self.steady = False
+        self.partial: SimRequest | None = None
+        # Whether an arrival could be admitted at the next boundary (an empty waiting
+        # queue and budget left): only then does an arrival cut a run short.
+        self.open = False
         self.parts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def boundary(self, steps: int) -> float:
@@ -200,26 +211,32 @@ class ReplicaScheduler:
         if self.idle:
             return None
         step = Step(now)
-        budget = self._schedule_running(step, self.profile.max_num_batched_tokens)
+        p = self.profile
+        budget = self._schedule_running(step, p.max_num_batched_tokens)
         overhead, load_done = 0.0, now
         if not step.preempted:
-            overhead, load_done = self._schedule_waiting(step, budget, now)
-        p = self.profile
-        step.decode_only = (
-            not step.admitted
-            and not step.preempted
-            and len(step.work) == len(self.running)
-            and not any(req.prefilling for req, _n in step.work)
-        )
+            overhead, load_done, budget = self._schedule_waiting(step, budget, now)
         prefill, seqs, context = 0.0, 0, 0
+        prefills, prompt_done = 0, False
         for req, n in step.work:
             if req.prefilling:
                 prefill += prefill_s(p, n, req.computed)
+                prefills += 1
             req.computed += n
             if req.computed == req.num_tokens:
                 seqs += 1
                 context += req.computed
                 step.sampled.append(req)
+                prompt_done = prompt_done or req.prefilling
+            elif req.prefilling:
+                step.partial = req
+        step.steady = not step.admitted and not step.preempted and not prompt_done and prefills <= 1
+        step.open = (
+            step.partial is None
+            and budget > 0
+            and not self.waiting
+            and len(self.running) < p.max_num_seqs
+        )
         decode = decode_step_s(p, seqs, context)
         load = load_done - now
         step.parts = (overhead, load, prefill, decode)
@@ -252,7 +269,7 @@ class ReplicaScheduler:
             i += 1
         return budget
 
-    def _schedule_waiting(self, step: Step, budget: int, now: float) -> tuple[float, float]:
+    def _schedule_waiting(self, step: Step, budget: int, now: float) -> tuple[float, float, int]:
         kv, p = self.kv, self.profile
         block = kv.block_tokens
         overhead, load_done = 0.0, now
@@ -288,7 +305,7 @@ class ReplicaScheduler:
             step.admitted.append(req)
             step.work.append((req, n))
             budget -= n
-        return overhead, load_done
+        return overhead, load_done, budget
 
     def _preempt(self, req: SimRequest) -> None:
         assert req.hold is not None
@@ -300,55 +317,88 @@ class ReplicaScheduler:
         self.preemptions += 1
         self.waiting.appendleft(req)
 
-    # --- runs of identical decode steps -------------------------------------------------
+    # --- runs of identical steps ------------------------------------------------------
 
-    def extend(self, step: Step, max_steps: int | None = None) -> None:
-        """Let a decode-only step stand for a run of identical ones (at most ``max_steps``).
+    def extend(self, step: Step) -> None:
+        """Let a steady step stand for the run of identical steps that follows it.
 
-        The run ends before the first request finishes (it finishes at the run's end) and
-        before the KV cache would run short. Nothing else can change meanwhile: nobody
-        was admitted in this step, and nobody can be until a request finishes, since
-        free blocks only shrink as contexts grow. Arrivals cut the run short
-        (:meth:`truncate`).
+        Steady: no admission, no preemption, every scheduled request decodes except at
+        most one prompt part-way through its prefill, which takes the rest of the
+        budget. The following steps schedule the same requests the same way, and only
+        their durations change, linearly (each decode's context grows by one token,
+        the chunk's attention by ``chunk`` tokens a step). The run ends before any of
+        them finishes or completes its prompt, and before the KV cache runs short.
+        Nobody can be admitted meanwhile: there is no budget left, or the waiting
+        queue's head was refused and stays refused (free blocks only shrink as
+        contexts grow); an arrival at an empty queue cuts the run short (:meth:`truncate`).
+
+        The chunks the prefill computes during the run go to the pool now, each
+        findable from the end of the step that computes it (the order in which they
+        enter the pool's LRU is the run's start, not each step's end).
         """
-        if not step.decode_only:
+        if not step.steady:
             return
-        running = self.running
-        extra = min(req.output_tokens - req.generated for req in running)
-        if max_steps is not None:
-            extra = min(extra, max_steps - 1)
+        decodes, partial = step.sampled, step.partial
+        extra = min((r.output_tokens - r.generated for r in decodes), default=2**62)
+        chunk = 0
+        if partial is not None:
+            chunk = step.work[-1][1]
+            extra = min(extra, (partial.num_tokens - partial.computed - 1) // chunk)
         if extra <= 0:
             return
-        block = self.kv.block_tokens
-        computed = np.fromiter((r.computed for r in running), np.int64, len(running))
-        held = np.fromiter(
-            (r.hold.logical if r.hold else 0 for r in running), np.int64, len(running)
-        )
-        available = self.kv.available_blocks
-
-        def blocks_needed(steps: int) -> int:
-            return int(np.maximum(-(-(computed + steps) // block) - held, 0).sum())
-
-        if blocks_needed(extra) > available:
-            lo, hi = 0, extra  # blocks_needed(lo) fits, blocks_needed(hi) does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if blocks_needed(mid) <= available else (lo, mid)
-            extra = lo
+        extra = self._fit_blocks(decodes, partial, chunk, extra)
         if extra <= 0:
             return
         p = self.profile
-        seqs = len(running)
-        step.delta = p.slowdown * p.itl_per_ktok_s * seqs / 1000.0
+        delta = p.itl_per_ktok_s * len(decodes) / 1000.0
+        if partial is not None:
+            delta += p.attn_s_per_ktok2 * 2.0 * (chunk / 1000.0) ** 2
+        step.delta = p.slowdown * delta
         step.count = 1 + extra
         step.end = step.boundary(step.count)
+        if partial is not None and self.pool.on and partial.pool_stored >= 0:
+            self._store_run_chunks(step, partial, chunk)
+
+    def _fit_blocks(
+        self, decodes: list[SimRequest], partial: SimRequest | None, chunk: int, extra: int
+    ) -> int:
+        """The most further steps (at most ``extra``) whose new KV blocks fit."""
+        kv = self.kv
+        block, available = kv.block_tokens, kv.available_blocks
+        computed = np.fromiter((r.computed for r in decodes), np.int64, len(decodes))
+        held = np.fromiter(
+            (r.hold.logical if r.hold else 0 for r in decodes), np.int64, len(decodes)
+        )
+
+        def needed(steps: int) -> int:
+            total = int(np.maximum(-(-(computed + steps) // block) - held, 0).sum())
+            if partial is not None and partial.hold is not None:
+                grow = kv.blocks_for(partial.computed + steps * chunk) - partial.hold.logical
+                total += max(grow, 0)
+            return total
+
+        if needed(extra) <= available:
+            return extra
+        lo, hi = 0, extra  # needed(lo) fits, needed(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if needed(mid) <= available else (lo, mid)
+        return lo
+
+    def _store_run_chunks(self, step: Step, req: SimRequest, chunk: int) -> None:
+        size, keys = self.pool.chunk_tokens, req.pool_keys
+        stored = req.pool_stored
+        for i in range(1, step.count + 1):
+            done = min((req.computed + (i - 1) * chunk) // size, len(keys))
+            if done > stored:
+                self.pool.store(keys[stored:done], step.boundary(i))
+                stored = done
+        req.pool_stored = stored
 
     def truncate(self, step: Step, at: float) -> bool:
-        """Cut a run of steps at the first step boundary at or after ``at``.
-
-        True when the run got shorter (its end moved).
-        """
-        if step.count <= 1 or at >= step.end:
+        """Cut a run of decode steps at the first step boundary at or after ``at``
+        (an arrival that can be admitted there). True when the run got shorter."""
+        if step.count <= 1 or at >= step.end or not step.open:
             return False
         elapsed = at - step.start
         if step.delta > 0:
@@ -376,10 +426,11 @@ class ReplicaScheduler:
         block = kv.block_tokens
         extra = step.count - 1
         if extra:  # every step of the run allocated before anybody's blocks are freed
-            for req, _n in step.work:
+            for req, n in step.work:
                 assert req.hold is not None
-                req.computed += extra
-                req.generated += extra
+                req.computed += extra * n
+                if req is not step.partial:
+                    req.generated += extra
                 granted = kv.grow(req.hold, kv.blocks_for(req.computed) - req.hold.logical)
                 assert granted
         for req, _n in step.work:
@@ -387,12 +438,8 @@ class ReplicaScheduler:
             if hold is None:
                 continue  # aborted meanwhile
             kv.commit(hold, req.keys, req.computed // block)
-            if pool.on:
-                done = min(req.computed, req.prompt_tokens) // pool.chunk_tokens
-                chunks = min(done, len(req.pool_keys))
-                if chunks > req.pool_stored:
-                    pool.store(req.pool_keys[:chunks], step.end)
-                    req.pool_stored = chunks
+            if pool.on and req.pool_stored >= 0:
+                self._store_chunks(req, step.end)
             if req.done:
                 req.finished_at = step.end
                 kv.release(hold)
@@ -401,6 +448,21 @@ class ReplicaScheduler:
         if step.finished:
             self.running = [req for req in self.running if req.finished_at is None]
         return step.finished
+
+    def _store_chunks(self, req: SimRequest, at: float) -> None:
+        """Store the prompt chunks computed so far. Each step adds its new chunks; when
+        the prompt is all computed, all its chunks are refreshed once, head most recent,
+        so the pool evicts a prompt's tail first (``pool_stored = -1`` then: done)."""
+        pool = self.pool
+        keys = req.pool_keys
+        if req.computed >= req.prompt_tokens:
+            pool.store(keys, at)
+            req.pool_stored = -1
+            return
+        chunks = min(req.computed // pool.chunk_tokens, len(keys))
+        if chunks > req.pool_stored:
+            pool.store(keys[req.pool_stored : chunks], at)
+            req.pool_stored = chunks
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request (its client went away): out of the queues, its blocks freed."""

@@ -90,8 +90,9 @@ def test_two_requests_share_one_step_budget() -> None:
     assert r["A"].queue_s == r["B"].queue_s == 0
 
 
-def test_a_long_prompt_is_chunked_around_a_running_decode() -> None:
-    d = Traced(profile(attn_s_per_ktok2=1.0), collapse=False)
+@pytest.mark.parametrize("collapse", [False, True])
+def test_a_long_prompt_is_chunked_around_a_running_decode(collapse: bool) -> None:
+    d = Traced(profile(attn_s_per_ktok2=1.0), collapse=collapse)
     d.submit(Arrival(0.0, 0, tokens(0, 30), 5, tag="A"))
     d.submit(Arrival(0.05, 0, tokens(1000, 250), 1, tag="B"))
     r = by_tag(d.run())
@@ -188,8 +189,8 @@ def test_preemption_recomputes_the_latest_admitted_request() -> None:
     assert r["B"].finished_s == pytest.approx(a_end + 0.021 + 0.010 + 18 * 0.010)
 
 
-def pool_profile(replicas: int = 3) -> SimProfile:
-    return profile(replicas=replicas, pool_load_fixed_s=0.005)
+def pool_profile(replicas: int = 3, **changes: Any) -> SimProfile:
+    return profile(replicas=replicas, pool_load_fixed_s=0.005, **changes)
 
 
 def two_loads(second_at: float) -> tuple[float, float]:
@@ -250,6 +251,32 @@ def test_answer_blocks_are_reused_by_the_next_turn_on_the_same_replica(live: boo
     assert r["turn2@0"].local_hit_tokens == (120 if live else 100)
     # The pool holds prompt chunks only (LMCache does not save decoded tokens).
     assert r["turn2@1"].local_hit_tokens == 0 and r["turn2@1"].pool_hit_tokens == 100
+
+
+def prefill_run(collapse: bool) -> tuple[list[float], dict[Any, RequestResult]]:
+    """A 900-token prompt (steps of 99 tokens beside a decode) on replica 0; replicas 1
+    to 4 ask for its prefix at times inside its prefill."""
+    d = Traced(pool_profile(replicas=5, attn_s_per_ktok2=1.0), collapse=collapse)
+    x = tokens(0, 900)
+    d.submit(Arrival(0.0, 0, tokens(5000, 30), 40, tag="decode"))
+    d.submit(Arrival(0.05, 0, x, 1, tag="X"))
+    for i, at in enumerate((0.2, 0.45, 0.7, 0.95)):
+        d.submit(Arrival(at, 1 + i, np.concatenate([x, [i]]), 1, tag=at))
+    r = by_tag(d.run())
+    return [s[2] for s in d.trace if s[0] == 0], r
+
+
+def test_a_collapsed_prefill_run_keeps_every_boundary_and_pool_chunk_time() -> None:
+    stepped_ends, stepped = prefill_run(collapse=False)
+    collapsed_ends, collapsed = prefill_run(collapse=True)
+    assert len(collapsed_ends) < len(stepped_ends) / 2
+    assert set(np.round(collapsed_ends, 9)) <= set(np.round(stepped_ends, 9))
+    for tag, x in stepped.items():
+        y = collapsed[tag]
+        assert x.pool_hit_tokens == y.pool_hit_tokens
+        assert x.first_token_s == pytest.approx(y.first_token_s)
+    hits = [stepped[at].pool_hit_tokens for at in (0.2, 0.45, 0.7, 0.95)]
+    assert hits == sorted(hits) and 0 < hits[0] < hits[-1] < 900
 
 
 def sessions_workload(collapse: bool) -> tuple[list[RequestResult], int]:
