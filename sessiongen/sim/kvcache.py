@@ -69,10 +69,11 @@ class _Node:
 class KVHold:
     """The blocks one request holds: a path of cached runs plus uncached blocks."""
 
-    __slots__ = ("last", "logical", "raw")
+    __slots__ = ("cached", "last", "logical", "raw")
 
     def __init__(self, root: _Node) -> None:
         self.last = root  # the deepest node of the request's cached path
+        self.cached = 0  # blocks of its sequence on that path (``last.end``)
         self.raw = 0  # blocks held outside the tree (partial, uncommitted, duplicates)
         self.logical = 0  # blocks of the request's sequence it has (cached or not)
 
@@ -159,7 +160,7 @@ class KVCache:
         if match.used < len(node.keys):
             node = self._split(node, match.used)
         hold.last = node
-        hold.logical = match.blocks
+        hold.cached = hold.logical = match.blocks
         while node is not self._root:
             self._ref(node)
             assert node.parent is not None
@@ -188,10 +189,10 @@ class KVCache:
         Blocks without a key (tokens not known to the cache) stay uncached.
         """
         target = min(full_blocks, len(keys))
+        if target <= hold.cached:
+            return
         node = hold.last
         pos = node.end
-        if target <= pos:
-            return
         while pos < target:  # the same blocks computed by another request meanwhile
             child = node.children.get(int(keys[pos]))
             if child is None:
@@ -215,6 +216,7 @@ class KVCache:
             self._raw -= moved
             self._cached += moved
         hold.last = node
+        hold.cached = target
 
     def release(self, hold: KVHold) -> None:
         """Return all of ``hold``'s blocks to the free queue, tail first; empties it."""
@@ -229,7 +231,7 @@ class KVCache:
             assert node.parent is not None
             node = node.parent
         self._raw -= hold.raw
-        hold.last, hold.raw, hold.logical = self._root, 0, 0
+        hold.last, hold.raw, hold.logical, hold.cached = self._root, 0, 0, 0
 
     def drop_cached(self) -> None:
         """Evict every cached block nobody holds (``/sim/reset``)."""

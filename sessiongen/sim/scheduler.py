@@ -223,7 +223,7 @@ class ReplicaScheduler:
                 prefill += prefill_s(p, n, req.computed)
                 prefills += 1
             req.computed += n
-            if req.computed == req.num_tokens:
+            if req.computed == req.prompt_tokens + req.generated:
                 seqs += 1
                 context += req.computed
                 step.sampled.append(req)
@@ -251,20 +251,25 @@ class ReplicaScheduler:
         return step
 
     def _schedule_running(self, step: Step, budget: int) -> int:
-        kv = self.kv
+        kv, running, work = self.kv, self.running, step.work
+        block = kv.block_tokens
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            assert req.hold is not None
-            n = min(req.num_tokens - req.computed, budget)
-            need = kv.blocks_for(req.computed + n) - req.hold.logical
-            while not kv.grow(req.hold, need):
-                victim = self.running.pop()
-                self._preempt(victim)
-                step.preempted.append(victim)
-                if victim is req:
-                    return budget
-            step.work.append((req, n))
+        while i < len(running) and budget > 0:
+            req = running[i]
+            hold = req.hold
+            assert hold is not None
+            n = req.prompt_tokens + req.generated - req.computed
+            if n > budget:
+                n = budget
+            need = -(-(req.computed + n) // block) - hold.logical
+            if need > 0:
+                while not kv.grow(hold, need):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    step.preempted.append(victim)
+                    if victim is req:
+                        return budget
+            work.append((req, n))
             budget -= n
             i += 1
         return budget
@@ -437,10 +442,11 @@ class ReplicaScheduler:
             hold = req.hold
             if hold is None:
                 continue  # aborted meanwhile
-            kv.commit(hold, req.keys, req.computed // block)
+            if req.computed // block > hold.cached:
+                kv.commit(hold, req.keys, req.computed // block)
             if pool.on and req.pool_stored >= 0:
                 self._store_chunks(req, step.end)
-            if req.done:
+            if req.generated >= req.output_tokens:
                 req.finished_at = step.end
                 kv.release(hold)
                 req.hold = None
