@@ -139,6 +139,8 @@ class World:
         self.tokenizer = PromptTokenizer()
         output.word_ids()  # built once here, not inside the first request
         self.replicas = [Replica(self, i) for i in range(profile.replicas)]
+        self.streams = 0  # responses streaming their decode tokens now
+        self.late_warned_at = float("-inf")  # monotonic time of the last lateness warning
         self._epoch: float | None = None
         self._driver: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
