@@ -4,7 +4,7 @@ All results are *modeled* seconds (what one GPU replica plus a shared host-memor
 would take), already multiplied by ``profile.slowdown``. The server turns them into wall
 time by multiplying with the time scale; nothing here knows about wall time.
 
-A request's time to first token (TTFT), excluding queueing for the prefill slot, is::
+A request's time to first token (TTFT) when it is alone on its replica is::
 
     hit overhead(local hit) + prefill(uncached, cached) + pool load(pool hit) + one ITL
 
@@ -117,12 +117,12 @@ class Timing:
 
     @property
     def busy_s(self) -> float:
-        """How long the request holds its replica's single prefill slot."""
+        """Time until the prefill is done (the first token's step is then one ITL)."""
         return self.overhead_s + self.prefill_s + self.pool_load_s
 
     @property
     def ttft_s(self) -> float:
-        """Time to first token once the prefill slot is free."""
+        """Time to first token of a request alone on its replica."""
         return self.busy_s + self.first_token_s
 
 

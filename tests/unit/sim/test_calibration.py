@@ -16,6 +16,7 @@ from sessiongen.sim import model
 from sessiongen.sim.output import word_ids
 from sessiongen.workload.tokenize import cl100k
 from tests.conftest import SimServers
+from tests.support.simreq import stream_facts
 from tests.support.study import (
     PROBES,
     STUDY_TTFT_S,
@@ -82,27 +83,6 @@ def test_hit_overhead_is_flat_outside_its_table_and_zero_without_local_hit() -> 
 # These check what the servers model, exactly: the modeled TTFT each one reports equals
 # the pure model's cell. How closely the wall clock follows the model on a given machine
 # is measured, not asserted: bench/sim_fidelity.py prints it.
-
-
-async def stream_facts(server: TestServer, ids: list[int]) -> dict[str, Any]:
-    """The server's own account of one streamed completions request."""
-    body = {
-        "model": "sim-27b",
-        "prompt": ids,
-        "max_tokens": 2,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    facts: dict[str, Any] = {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(server.make_url("/v1/completions"), data=orjson.dumps(body)) as resp,
-    ):
-        async for line in resp.content:
-            if b'"usage"' in line:
-                facts = orjson.loads(line[6:])["sim"]
-    return facts
 
 
 async def test_running_servers_model_every_cell_exactly(sim_servers: SimServers) -> None:

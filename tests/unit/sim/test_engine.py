@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from tests.conftest import SimServers
+from tests.support.simreq import stream_facts
 
 MODEL = "sim-27b"
 COUNTERS = (
@@ -268,26 +269,6 @@ async def test_pool_serves_a_prefix_only_once_its_prefill_has_ended(
     assert after["sim"]["pool_hit_tokens"] == 32_000 // 1568 * 1568
 
 
-async def stream_sim_facts(server: TestServer, ids: list[int], tokens: int) -> dict[str, Any]:
-    body = {
-        "model": MODEL,
-        "prompt": ids,
-        "max_tokens": tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    facts: dict[str, Any] = {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(server.make_url("/v1/completions"), json=body) as resp,
-    ):
-        async for line in resp.content:
-            if b'"usage"' in line:
-                facts = orjson.loads(line[6:])["sim"]
-    return facts
-
-
 async def test_four_replicas_share_one_pool(sim_servers: SimServers) -> None:
     servers = await sim_servers(SimProfile(time_scale=0.001, replicas=4))
     assert len(servers) == 4
@@ -305,9 +286,7 @@ async def test_preemptions_and_kv_usage_reach_metrics_and_usage(sim_servers: Sim
     # 64 blocks of 16 tokens; two requests of 400 + 300 tokens need 44 blocks each.
     profile = SimProfile(time_scale=0.1, local_cache_tokens=1024, max_model_len=1024)
     a, _ = await sim_servers(profile)
-    tasks = [
-        asyncio.create_task(stream_sim_facts(a, list(range(k, k + 400)), 300)) for k in (0, 10**5)
-    ]
+    tasks = [asyncio.create_task(stream_facts(a, list(range(k, k + 400)), 300)) for k in (0, 10**5)]
     usage: list[float] = []
     while not all(t.done() for t in tasks):
         usage.append(sample(await scrape(a), "vllm:kv_cache_usage_perc"))
