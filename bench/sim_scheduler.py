@@ -16,15 +16,17 @@ tell its own cost from its neighbours' share of the machine: lateness with much
 run-queue wait is the machine's, not the simulator's.
 
 Virtual: :class:`sessiongen.sim.virtual.VirtualDriver`, the planner's workload: one new
-six-turn 128k session a second (Poisson) on 8 replicas, pool on, live 200-token
+six-turn 128k session a second (Poisson) on 8 replicas, pool on, live 100-token
 answers, 60 s mean think time, each session on one replica (fixed placement), its
 context one of 4 shared 128k documents. That is a day the study's cluster can serve
-(TTFT p50 about 1 s). The planner's literal case, unique 128k contexts, is not: their
-cold prefills alone (31.7 s each) need 32 replicas, and with alternating placement the
-pool's 10 GB/s link is short too (six 2 GB loads a second); those overloaded variants
-are timed over shorter windows, per request. Then how the cost grows: with modeled
-hours (requests), replicas (same load per replica), context length, and without the
-collapsing of steady runs. Sessions are submitted an hour of modeled time at a time,
+(TTFT p50 about 0.65 s, steady hour after hour). Harder days are not: with 200-token
+answers decode alone is over capacity (a 128k sequence adds 6.4 ms to every decode
+step, so a replica decodes at most about 140 such tokens a second), unique 128k
+contexts need 32 replicas for their cold prefills (31.7 s each), and alternating
+placement needs more than the pool's 10 GB/s link (six 2 GB loads a second). Those
+overloaded variants are timed over shorter windows, per request. Then how the cost
+grows: with modeled hours (requests), replicas (same load per replica), context length,
+and without the collapsing of steady runs. Sessions are submitted an hour of modeled time at a time,
 as a planner would, so memory stays bounded. CPU seconds are the process's own
 (``time.process_time``), steadier than wall time on a shared machine.
 
@@ -170,7 +172,7 @@ class Workload:
     context: int = 128_000
     documents: int = 4  # 0: every session's context is its own
     turns: int = 6
-    answer: int = 200
+    answer: int = 100
     question: int = 32
     think_mean_s: float = 60.0
     placement: str = "fixed"

@@ -284,6 +284,7 @@ class World:
     def _ensure_driver(self) -> None:
         if self._driver is None or self._driver.done():
             self._driver = asyncio.get_running_loop().create_task(self._drive())
+            self._driver.add_done_callback(_driver_done)
 
     async def stop(self) -> None:
         """Stop the driver task (on app cleanup)."""
@@ -344,6 +345,12 @@ class World:
             "model": self.model_name,
             "profile": to_plain(self.profile),
         }
+
+
+def _driver_done(task: asyncio.Task[None]) -> None:
+    """A driver that fails leaves its requests waiting: say so, with the traceback."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the simulator's engine failed", exc_info=task.exception())
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
