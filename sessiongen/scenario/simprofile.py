@@ -7,6 +7,10 @@ two replicas of a 27B hybrid model (NVFP4 weights, FP8 KV cache), one RTX PRO 60
 Blackwell GPU each, vLLM prefix cache on, one shared LMCache host-memory pool of
 256 GiB with 1,568-token chunks, LRU.
 
+The scheduler's parameters are vLLM's own (V1 engine, ``vllm serve``), with the sources
+cited at each field; the defaults keep a request that is alone on its replica exactly
+as fast as the study's table says (see ``sessiongen/sim/model.py``).
+
 This module is pure data so that the scenario schema can embed it (``[target.sim]``)
 without importing the simulator itself. Every field can be overridden with
 ``--set target.sim.NAME=VALUE``.
@@ -28,11 +32,27 @@ class SimProfile:
         0.1, gt=0, le=1000, doc="wall seconds per modeled second (0.1 runs 10x faster)"
     )
     slowdown: float = spec(1.0, gt=0, doc="multiplies every modeled latency (regression tests)")
-    max_model_len: int = spec(300_000, ge=1024, doc="longest prompt + output accepted, tokens")
-    # Per-replica GPU prefix cache (vLLM): block granularity, LRU.
+    max_model_len: int = spec(300_000, ge=2, doc="longest prompt + output accepted, tokens")
+    # vLLM V1's scheduler, per replica (vllm/v1/core/sched/scheduler.py). Defaults are
+    # what `vllm serve` picks on a GPU with >= 70 GiB that is not an A100 (the study's RTX
+    # PRO 6000 has 96 GB): EngineArgs.get_batch_defaults, the same table in 0.10 to 0.12.
+    # Chunked prefill is always on in V1; preemption is by recompute.
+    max_num_batched_tokens: int = spec(
+        8192, ge=1, doc="token budget of one engine step (prefill chunks plus decodes)"
+    )
+    max_num_seqs: int = spec(1024, ge=1, doc="most requests admitted (running) at once")
+    # Per-replica GPU KV cache (vLLM): all of it, the blocks of running requests included;
+    # finished requests' full blocks stay cached until evicted (LRU, tail blocks first).
+    # 16-token blocks: vLLM's default on CUDA (CacheConfig; the CPU backend uses 128).
     local_block_tokens: int = spec(16, ge=1, doc="vLLM KV block size, tokens")
-    local_cache_tokens: int = spec(600_000, ge=1, doc="GPU prefix-cache capacity per replica")
+    local_cache_tokens: int = spec(
+        600_000, ge=1, doc="GPU KV cache per replica, tokens (running requests + prefix cache)"
+    )
     # Shared host-memory pool (LMCache): chunk granularity, LRU (study: 256 GiB, 1,568 tokens).
+    # Chunks are stored as the prefill computes them (LMCache saves after each forward,
+    # in whole chunks; generated tokens are not saved, save_decode_cache = false).
+    # Loads from the pool share its bandwidth: one FIFO queue for all replicas (a load
+    # takes pool_load_fixed_s, then waits for the link and holds it for its bytes).
     pool_chunk_tokens: int = spec(1568, ge=1, doc="LMCache chunk size, tokens")
     pool_capacity_gib: float = spec(256.0, gt=0, doc="shared pool capacity, GiB")
     kv_bytes_per_token: int = spec(16384, ge=1, doc="KV bytes per token moved from the pool")
@@ -41,7 +61,9 @@ class SimProfile:
     # the probes, up to 0.37 s at 128k), which the study's "roughly 10 to 40 GB/s"
     # (cross minus local over the hit bytes) did not separate out. Least squares on the
     # four cells gives about 9.7 GB/s; 10 GB/s and 0.040 s keep every cell within 6%.
-    pool_bandwidth_gbps: float = spec(10.0, gt=0, doc="pool-to-GPU load rate, GB/s")
+    pool_bandwidth_gbps: float = spec(
+        10.0, gt=0, doc="pool-to-GPU load rate, GB/s, shared by every replica loading at once"
+    )
     pool_load_fixed_s: float = spec(0.040, ge=0, doc="fixed cost of a pool lookup that hits")
     pool_corruption: float = spec(
         0.0,
@@ -58,17 +80,21 @@ class SimProfile:
     # Derived from the local-hit column (0.050, 0.181, 0.484, 0.557 s at 8k, 32k, 128k,
     # 256k; "8k" is 8,000 tokens, which is where the cold fit matches) minus the modeled
     # prefill of the 32-token question and the first token; see
-    # sessiongen/sim/calibration.py and tests/test_sim_calibration.py.
+    # tests/support/study.py and tests/unit/sim/test_calibration.py.
     # It is keyed on *local* hits only: with 16-token blocks and 1,568-token chunks a
     # cross-replica probe recomputes up to 1,600 tail tokens that the local probe does
     # not (0.35 s at 128k), more than the study's whole cross-minus-local gap (0.12 s),
     # so an overhead paid by pool hits as well could not fit both columns.
     hit_overhead_tokens: tuple[int, ...] = spec((0, 8000, 32000, 128000, 256000))
     hit_overhead_s: tuple[float, ...] = spec((0.0, 0.033, 0.161, 0.454, 0.514))
-    # Decode: inter-token latency grows with context and with the decode batch.
+    # Decode: the decode part of one engine step, for a batch of sequences that each
+    # sample a token: base + per_ktok * (their total context) / 1000 + per_batch * (batch - 1).
+    # For one sequence this is the inter-token latency at its context.
     itl_base_s: float = spec(0.012, ge=0, doc="inter-token latency at empty context, batch 1")
-    itl_per_ktok_s: float = spec(5e-5, ge=0, doc="extra ITL per 1k tokens of context")
-    itl_per_batch_s: float = spec(5e-4, ge=0, doc="extra ITL per other running decode")
+    itl_per_ktok_s: float = spec(
+        5e-5, ge=0, doc="extra step time per 1k tokens of context in the decode batch"
+    )
+    itl_per_batch_s: float = spec(5e-4, ge=0, doc="extra step time per other decode in the batch")
     profile: str | None = spec(
         None,
         doc="a profile file (sessiongen fit writes one) whose parameters apply under "
@@ -81,3 +107,9 @@ class SimProfile:
         points = list(self.hit_overhead_tokens)
         if not points or points != sorted(set(points)):
             raise ValueError("hit_overhead_tokens: expected a non-empty, increasing list")
+        # vLLM refuses to start when one request of max_model_len tokens cannot fit.
+        if self.local_cache_tokens < self.max_model_len:
+            raise ValueError(
+                f"local_cache_tokens: expected >= max_model_len ({self.max_model_len}), "
+                f"got {self.local_cache_tokens} (one request must fit in the KV cache)"
+            )

@@ -1,13 +1,20 @@
 """The embedded simulated replicas: a vLLM-like server with a shared-cache model.
 
 Its profile (every modeled parameter, calibrated from the study) is configuration and
-lives in :mod:`sessiongen.scenario.simprofile`.
+lives in :mod:`sessiongen.scenario.simprofile`. One engine, two clocks: the scheduler
+knows no clock; the served simulator drives it in wall time, the virtual driver in
+virtual time.
 
 - :mod:`.model`: the timing model, pure functions from a profile to modeled seconds;
-- :mod:`.cache`: the per-replica prefix cache and the shared pool (chain-hashed blocks);
+- :mod:`.cache`: chain-hash keys of token blocks (extendable) and the pool's LRU contents;
+- :mod:`.kvcache`: one replica's KV cache in blocks (vLLM's block pool and prefix cache);
+- :mod:`.pool`: the shared pool as the schedulers see it (switch, FIFO load link);
+- :mod:`.scheduler`: vLLM V1's scheduler for one replica, a clock-agnostic state machine;
+- :mod:`.cluster`: all replicas and the pool in modeled time, one event queue;
+- :mod:`.virtual`: the engine on a virtual clock: scripted arrivals in, results out;
 - :mod:`.prompt`: prompt token ids as the replicas see them (cl100k, a chat template);
 - :mod:`.output`: deterministic outputs, needle answers, the planted corruption;
-- :mod:`.engine`: the replicas' state and their prefill schedule;
+- :mod:`.engine`: the served simulator's engine: request preparation, wall-time driver;
 - :mod:`.wire`: vLLM's OpenAI-compatible wire format;
 - :mod:`.metrics`: Prometheus counters under vLLM's names;
 - :mod:`.server`: one aiohttp app per replica (:func:`~.server.make_apps` for tests);

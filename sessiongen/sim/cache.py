@@ -1,14 +1,14 @@
-"""Prefix caches of the simulated replicas: a per-replica block cache and a shared pool.
+"""Chain-hash keys of token blocks, and the shared pool's contents.
 
-Both key their entries by *chain hashes*: the key of block ``j`` depends on the tokens of
-blocks ``0..j``, as in vLLM's prefix cache and LMCache, so a key stands for a whole
+Caches key their entries by *chain hashes*: the key of block ``j`` depends on the tokens
+of blocks ``0..j``, as in vLLM's prefix cache and LMCache, so a key stands for a whole
 prefix and a lookup is the longest run of present keys from the start. Only whole
 blocks (chunks) have keys: the tail of a prompt past its last full block is always
-recomputed.
+recomputed. The replicas' own KV caches are in :mod:`sessiongen.sim.kvcache`.
 
-Eviction is LRU over keys. An insert touches a prompt's keys from last to first, so the
-tail of a prefix is older than its head and is evicted first (what vLLM's free-block
-queue does); evicting a head block would orphan everything after it.
+The pool's eviction is LRU over keys. An insert touches a prompt's keys from last to
+first, so the tail of a prefix is older than its head and is evicted first (what vLLM's
+free-block queue does); evicting a head block would orphan everything after it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,28 +66,156 @@ def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
     ids 0) scrambles to 0 (splitmix's finaliser maps 0 to 0), and ``[0]`` and ``[0, 0]``
     with one-token blocks got the same key at positions 0 and 1 (found by hypothesis).
     """
-    blocks = len(ids) // block_tokens
-    if blocks == 0:
-        return []
-    with np.errstate(over="ignore"):
-        grid = np.asarray(ids[: blocks * block_tokens], dtype=np.uint64).reshape(blocks, -1)
-        sums = (grid * _weights(block_tokens)).sum(axis=1, dtype=np.uint64)
-        positions = np.arange(1, blocks + 1, dtype=np.uint64) * _U64(_POSITION)
-        digests = _mix(sums + positions)
-        # Powers are cached per length; prompts grow turn by turn, so round up.
-        length = 1 << (blocks - 1).bit_length()
-        scaled = np.cumsum(digests * _powers(_R_INV, length)[:blocks], dtype=np.uint64)
-        chain = _mix(scaled * _powers(_R, length)[:blocks])
-    keys: list[int] = chain.tolist()
+    keys: list[int] = KeyChain.of(ids, block_tokens).keys.tolist()
     return keys
+
+
+class _KeyBuffer:
+    """Key storage with room to grow, shared by a chain and its extensions."""
+
+    __slots__ = ("array", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.array = np.zeros(capacity, dtype=np.uint64)
+        self.used = 0
+
+
+class KeyChain:
+    """The chain keys of a token sequence, extendable without rehashing its head.
+
+    ``keys`` (uint64) are exactly :func:`chain_keys` of all tokens so far; the running
+    sum ``cumsum(d_k R^-k)`` at the last whole block and the tokens past it are kept, so
+    :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
+    the answer, a new question) or a request's output costs what is new, not the whole
+    context again: the keys live in a buffer with spare room that the latest extension
+    appends to (a chain extended twice from the same point copies once).
+    """
+
+    __slots__ = ("_buf", "_last", "_scaled", "_tail", "block_tokens", "blocks", "tokens")
+
+    def __init__(
+        self,
+        block_tokens: int,
+        buf: _KeyBuffer,
+        blocks: int,
+        tokens: int,
+        scaled: np.uint64,
+        tail: NDArray[np.uint64],
+    ) -> None:
+        self.block_tokens = block_tokens
+        self._buf = buf
+        self.blocks = blocks
+        self.tokens = tokens
+        self._scaled = scaled
+        self._tail = tail
+        self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
+
+    @classmethod
+    def of(cls, ids: Any, block_tokens: int) -> KeyChain:
+        """The keys of ``ids`` (any integer sequence)."""
+        empty = np.zeros(0, dtype=np.uint64)
+        return cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+
+    @classmethod
+    def unique(cls, tokens: int, block_tokens: int, seed: int) -> KeyChain:
+        """Keys of ``tokens`` tokens that no other sequence shares, without the tokens.
+
+        For a simulation that needs a context's identity, not its text (a planner
+        simulating a day of 128k-token sessions cannot tokenize them): the keys and
+        the chain state are drawn from ``seed``, so the result is reproducible and can
+        be extended with real tokens like any chain. Two seeds collide with odds of
+        about 2^-64 per block.
+        """
+        rng = np.random.default_rng([seed, block_tokens])
+        blocks = tokens // block_tokens
+        buf = _KeyBuffer(max(blocks + blocks // 2, 64))
+        buf.array[:blocks] = rng.integers(0, 2**64, blocks, dtype=np.uint64, endpoint=False)
+        buf.used = blocks
+        scaled = _U64(rng.integers(0, 2**64, dtype=np.uint64, endpoint=False))
+        tail = rng.integers(0, 2**32, tokens - blocks * block_tokens, dtype=np.uint64)
+        return cls(block_tokens, buf, blocks, tokens, scaled, tail)
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        """The keys (a read-only view; later extensions never change it)."""
+        view: NDArray[np.uint64] = self._buf.array[: self.blocks]
+        return view
+
+    def extend(self, ids: Any) -> KeyChain:
+        """The keys of this sequence followed by ``ids`` (this one is unchanged).
+
+        The last extension is remembered: extending again by the same ids returns it
+        (a request's prompt extended by its answer, then again for the next turn).
+        """
+        new = np.asarray(ids, dtype=np.uint64)
+        last = self._last
+        if last is not None and np.array_equal(last[0], new):
+            return last[1]
+        out = self._extend(new)
+        self._last = (new, out)
+        return out
+
+    def _extend(self, new: NDArray[np.uint64]) -> KeyChain:
+        seq = np.concatenate([self._tail, new]) if len(self._tail) else new
+        size, done = self.block_tokens, self.blocks
+        blocks = len(seq) // size
+        if blocks == 0:
+            return KeyChain(size, self._buf, done, self.tokens + len(new), self._scaled, seq)
+        with np.errstate(over="ignore"):
+            grid = seq[: blocks * size].reshape(blocks, size)
+            sums = (grid * _weights(size)).sum(axis=1, dtype=np.uint64)
+            positions = np.arange(done + 1, done + blocks + 1, dtype=np.uint64) * _U64(_POSITION)
+            digests = _mix(sums + positions)
+            # Powers are cached per length; prompts grow turn by turn, so round up.
+            length = 1 << (done + blocks - 1).bit_length()
+            inverse = _powers(_R_INV, length)[done : done + blocks]
+            scaled = self._scaled + np.cumsum(digests * inverse, dtype=np.uint64)
+            chain = _mix(scaled * _powers(_R, length)[done : done + blocks])
+        buf, total = self._buf, done + blocks
+        if buf.used != done or len(buf.array) < total:
+            grown = _KeyBuffer(max(total + total // 2, 64))
+            grown.array[:done] = buf.array[:done]
+            buf = grown
+        buf.array[done:total] = chain
+        buf.used = total
+        tail = seq[blocks * size :]
+        return KeyChain(size, buf, total, self.tokens + len(new), _U64(scaled[-1]), tail)
+
+
+@dataclass(frozen=True)
+class PromptKeys:
+    """A token sequence's keys at both granularities: vLLM blocks and LMCache chunks."""
+
+    local: KeyChain
+    pool: KeyChain
+
+    @classmethod
+    def of(cls, ids: Any, block_tokens: int, chunk_tokens: int) -> PromptKeys:
+        return cls(KeyChain.of(ids, block_tokens), KeyChain.of(ids, chunk_tokens))
+
+    @classmethod
+    def unique(cls, tokens: int, block_tokens: int, chunk_tokens: int, seed: int) -> PromptKeys:
+        """Keys of a ``tokens``-token context nobody else shares (:meth:`KeyChain.unique`)."""
+        return cls(
+            KeyChain.unique(tokens, block_tokens, seed), KeyChain.unique(tokens, chunk_tokens, seed)
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.local.tokens
+
+    def extend(self, ids: Any) -> PromptKeys:
+        """The keys of this sequence followed by ``ids``."""
+        return PromptKeys(self.local.extend(ids), self.pool.extend(ids))
 
 
 class _LRUKeys:
     """An LRU set of chain-hash keys with a capacity in entries.
 
-    Each key carries the time from which it is visible, so that a prompt can be stored
-    when its prefill is scheduled (where the work is absorbed by the request's deadline)
-    yet be found only once its modeled prefill has ended.
+    Each key carries the time from which it is visible (the end of the engine step that
+    computed it), so that a lookup at an earlier modeled time does not find it even when
+    it is processed later (the served simulator schedules a request from its arrival,
+    which may lie a little behind the events already processed).
     """
 
     def __init__(self, capacity: int) -> None:
@@ -109,51 +238,21 @@ class _LRUKeys:
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
         """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
         entries = self._keys
+        get, last = entries.get, entries.move_to_end
         for key in reversed(keys):
-            entries[key] = min(entries.get(key, visible_at), visible_at)
-            entries.move_to_end(key)
-        while len(entries) > self.capacity:
-            entries.popitem(last=False)
-            self.evictions += 1
+            seen = get(key)
+            if seen is None or seen > visible_at:
+                entries[key] = visible_at
+            last(key)
+        excess = len(entries) - self.capacity
+        if excess > 0:
+            pop = entries.popitem
+            for _ in range(excess):
+                pop(last=False)
+            self.evictions += excess
 
     def clear(self) -> None:
         self._keys.clear()
-
-
-class LocalPrefixCache:
-    """One replica's GPU prefix cache (vLLM): whole blocks, LRU, capacity in tokens."""
-
-    def __init__(self, capacity_tokens: int, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self._lru = _LRUKeys(max(capacity_tokens // block_tokens, 0))
-
-    def keys(self, ids: NDArray[Any]) -> list[int]:
-        """The block keys of a prompt (compute once per request, off the event loop)."""
-        return chain_keys(ids, self.block_tokens)
-
-    def lookup(self, keys: Sequence[int], max_tokens: int) -> int:
-        """Tokens of the longest cached whole-block prefix, at most ``max_tokens``."""
-        usable = keys[: max(max_tokens, 0) // self.block_tokens]
-        return self._lru.prefix_len(usable) * self.block_tokens
-
-    def insert(self, keys: Sequence[int]) -> None:
-        """Store a prompt's blocks.
-
-        The replica looks its cache up only while holding its prefill slot, which the
-        storing request holds until its prefill ends, so storing early is invisible.
-        """
-        self._lru.insert(keys)
-
-    def clear(self) -> None:
-        self._lru.clear()
-
-    @property
-    def cached_tokens(self) -> int:
-        return len(self._lru) * self.block_tokens
-
-    @property
-    def evicted_tokens(self) -> int:
-        return self._lru.evictions * self.block_tokens
 
 
 class SharedPool:
@@ -174,7 +273,7 @@ class SharedPool:
         return self._lru.prefix_len(usable, now) * self.chunk_tokens
 
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
-        """Store a prompt's chunks, found by lookups from ``visible_at`` on (its prefill end)."""
+        """Store a prompt's chunks, found by lookups from ``visible_at`` on (a step's end)."""
         self._lru.insert(keys, visible_at)
 
     def clear(self) -> None:

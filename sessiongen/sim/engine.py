@@ -1,22 +1,25 @@
-"""The simulated replicas' engine: request preparation, the prefill slot, the schedule.
+"""The served simulator's engine: request preparation, and the scheduler in wall time.
 
-A :class:`World` is everything the replicas of one process share (profile, shared pool,
-the pool switch, the time scale, the tokenizer); a :class:`Replica` has its own prefix
-cache, its single prefill slot and its metrics.
+A :class:`World` is everything the replicas of one process share: the profile, the
+tokenizer, the time scale and one :class:`~sessiongen.sim.cluster.Cluster` (every
+replica's vLLM scheduler and the shared pool), driven by one task on the event loop.
+A :class:`Replica` is one replica's face to its HTTP app: its metrics and its reset.
 
-Time: modeled seconds times ``time_scale`` are wall seconds. Every deadline is computed
-from the request's *arrival* (``loop.time()`` at handler entry) and from the replica's
-virtual schedule, never from when the simulator got round to it, so its own work
-(JSON parsing, tokenizing, hashing, which run in worker threads) is absorbed instead of
-added, and timer lateness never accumulates from one request to the next.
+Time: modeled seconds times ``time_scale`` are wall seconds, counted from the world's
+epoch on the loop clock. A request arrives at the modeled time of its handler's entry
+and is submitted once parsed, tokenized and hashed (in a worker thread); the engine
+schedules it from its arrival, so that work is absorbed, not added. The driver task
+sleeps until the wall time of the next step boundary and then processes every event
+due; a request's first-token time is known when the step that samples it is formed,
+one step ahead, and its handler sleeps until exactly that time to write it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +30,11 @@ from numpy.typing import NDArray
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import output
-from sessiongen.sim.cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
+from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.cluster import Cluster
 from sessiongen.sim.metrics import ReplicaMetrics
-from sessiongen.sim.model import Timing, request_timing
 from sessiongen.sim.prompt import PromptTokenizer
+from sessiongen.sim.scheduler import SimRequest, Step
 from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
 from sessiongen.workload.probes import answer_needle
 
@@ -39,40 +43,89 @@ log = logging.getLogger("sessiongen.sim")
 
 @dataclass(frozen=True)
 class Job:
-    """A parsed, tokenized and hashed request, ready to be scheduled."""
+    """A parsed, tokenized and hashed request, ready to be scheduled.
+
+    ``output`` is generated while preparing, unless it depends on the admission (a
+    planted pool fault would corrupt this prompt if any of it came from the pool);
+    ``keys`` then cover the output too, so its blocks are cached however fast the
+    modeled decode runs.
+    """
 
     req: GenRequest
     prompt_tokens: int
     max_tokens: int
-    local_keys: list[int]
-    pool_keys: list[int]
+    output_tokens: int
+    sampling_key: int
+    keys: PromptKeys
+    local_keys: NDArray[np.uint64]
     digest: str
     answer: str | None
+    output: output.Output | None
 
 
-@dataclass(frozen=True)
-class Admission:
-    """Where a request landed in its replica's schedule (loop-clock times, wall seconds)."""
+class Served:
+    """One request in the served simulator: the engine's request and what it learns.
 
-    local_hit: int
-    pool_hit: int
-    timing: Timing
-    arrival: float
-    start: float
-    first_token_at: float
-    time_scale: float
+    The engine fills ``token_times`` (modeled seconds of each output token, known one
+    step ahead) and resolves the waits; times are turned into wall deadlines by the
+    handler.
+    """
+
+    def __init__(self, world: World, replica: int, job: Job, arrival: float) -> None:
+        self.world = world
+        self.replica = replica
+        self.job = job
+        self.arrival_wall = arrival
+        loop = asyncio.get_running_loop()
+        self.admitted: asyncio.Future[None] = loop.create_future()
+        self.token_times: list[float] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self.sim = SimRequest(
+            prompt_tokens=job.prompt_tokens,
+            output_tokens=job.output_tokens,
+            keys=job.local_keys,
+            pool_keys=job.keys.pool.keys.tolist(),
+            arrival=world.modeled(arrival),
+            tag=self,
+        )
 
     @property
-    def cached(self) -> int:
-        return self.local_hit + self.pool_hit
+    def finished(self) -> bool:
+        return self.sim.finished_at is not None
 
-    @property
-    def modeled_queue_s(self) -> float:
-        return (self.start - self.arrival) / self.time_scale
+    def notify(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
-    @property
-    def modeled_ttft_s(self) -> float:
-        return (self.first_token_at - self.arrival) / self.time_scale
+    async def wait_tokens(self, count: int) -> None:
+        """Until the times of the first ``count`` tokens are known."""
+        while len(self.token_times) < count:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+    async def wait_finished(self) -> None:
+        """Until the engine has scheduled the request's last token."""
+        await self.wait_tokens(self.sim.output_tokens)
+
+    def facts(self) -> dict[str, Any]:
+        """The engine's account of the request (modeled seconds, blocks)."""
+        sim = self.sim
+        assert sim.admitted_at is not None and sim.first_token_at is not None
+        facts: dict[str, Any] = {
+            "replica": self.replica,
+            "local_hit_tokens": sim.local_hit,
+            "pool_hit_tokens": sim.pool_hit,
+            "modeled_ttft_s": sim.first_token_at - sim.arrival,
+            "modeled_queue_s": sim.admitted_at - sim.arrival,
+            "preemptions": sim.preemptions,
+            "kv_blocks_in_use_at_admission": sim.kv_blocks_at_admission,
+            "kv_blocks_total": self.world.cluster.replicas[self.replica].kv.capacity,
+            "running_at_admission": sim.running_at_admission,
+            "waiting_at_admission": sim.waiting_at_admission,
+        }
+        if len(self.token_times) == sim.output_tokens:
+            facts["modeled_e2e_s"] = self.token_times[-1] - sim.arrival
+        return facts
 
 
 class World:
@@ -81,22 +134,53 @@ class World:
     def __init__(self, profile: SimProfile, model_name: str, shared_cache: bool) -> None:
         self.profile = profile
         self.model_name = model_name
-        self.shared_cache = shared_cache
         self.time_scale = profile.time_scale
-        pool_bytes = int(profile.pool_capacity_gib * 2**30)
-        self.pool = SharedPool(pool_bytes, profile.pool_chunk_tokens, profile.kv_bytes_per_token)
+        self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self)
         self.tokenizer = PromptTokenizer()
         output.word_ids()  # built once here, not inside the first request
         self.replicas = [Replica(self, i) for i in range(profile.replicas)]
+        self.streams = 0  # responses streaming their decode tokens now
+        self.late_warned_at = float("-inf")  # monotonic time of the last lateness warning
+        self._epoch: float | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    @property
+    def shared_cache(self) -> bool:
+        return self.cluster.pool.on
+
+    # --- the clock ----------------------------------------------------------------------
+
+    def _loop_epoch(self) -> float:
+        if self._epoch is None:
+            self._epoch = asyncio.get_running_loop().time()
+        return self._epoch
+
+    def modeled(self, wall: float) -> float:
+        """Modeled seconds at loop time ``wall``."""
+        return (wall - self._loop_epoch()) / self.time_scale
+
+    def wall(self, modeled: float) -> float:
+        """Loop time at modeled time ``modeled``."""
+        return self._loop_epoch() + modeled * self.time_scale
 
     def configure(self, shared_cache: bool | None = None, time_scale: float | None = None) -> None:
-        """Switch the pool on or off and/or change the time scale (for idle replicas)."""
+        """Switch the pool on or off and/or change the time scale (for idle replicas).
+
+        A new time scale keeps the modeled clock continuous: modeled "now" stays put.
+        """
         if shared_cache is not None:
-            self.shared_cache = shared_cache
-        if time_scale is not None:
+            self.cluster.pool.on = shared_cache
+        if time_scale is not None and time_scale != self.time_scale:
+            if self._epoch is not None:
+                now = asyncio.get_running_loop().time()
+                modeled_now = self.modeled(now)
+                self._epoch = now - modeled_now * time_scale
             self.time_scale = time_scale
         for replica in self.replicas:
             replica.metrics.set_info(self.time_scale, self.shared_cache)
+
+    # --- requests -----------------------------------------------------------------------
 
     def prompt_ids(self, req: GenRequest) -> NDArray[np.uint32]:
         """A request's prompt token ids (chat template applied)."""
@@ -129,15 +213,28 @@ class World:
                 "completion). Please reduce the length of the prompt or completion.",
                 "max_tokens" if req.max_tokens is not None else None,
             )
-        return Job(
+        digest = output.prompt_digest(ids)
+        key = output.sampling_key(req.temperature, req.seed)
+        p = self.profile
+        keys = PromptKeys.of(ids, p.local_block_tokens, p.pool_chunk_tokens)
+        job = Job(
             req=req,
             prompt_tokens=n,
             max_tokens=max_tokens,
-            local_keys=chain_keys(ids, self.profile.local_block_tokens),
-            pool_keys=chain_keys(ids, self.profile.pool_chunk_tokens),
-            digest=output.prompt_digest(ids),
+            output_tokens=output.output_length(
+                digest, key, max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos
+            ),
+            sampling_key=key,
+            keys=keys,
+            local_keys=keys.local.keys,
+            digest=digest,
             answer=self._needle_answer(req),
+            output=None,
         )
+        if output.is_corrupted(digest, 1, p.pool_corruption):
+            return job  # the output waits for the admission's pool hit
+        out, local_keys = self.complete(job, pool_hit=0)
+        return dataclasses.replace(job, output=out, local_keys=local_keys)
 
     def _needle_answer(self, req: GenRequest) -> str | None:
         if req.api == "chat":
@@ -146,15 +243,19 @@ class World:
             return answer_needle("\n".join(content for _role, content in req.messages))
         return answer_needle(req.prompt_text) if req.prompt_text is not None else None
 
-    def complete(self, job: Job, adm: Admission) -> output.Output:
-        """The request's output (runs in a worker thread while the prefill is modeled)."""
+    def complete(self, job: Job, pool_hit: int) -> tuple[output.Output, NDArray[np.uint64]]:
+        """The request's output and the KV block keys of prompt plus output.
+
+        Runs in a worker thread; the keys let the answer's full blocks be cached, as
+        vLLM caches blocks of generated tokens.
+        """
         req = job.req
-        corrupted = output.is_corrupted(job.digest, adm.pool_hit, self.profile.pool_corruption)
+        corrupted = output.is_corrupted(job.digest, pool_hit, self.profile.pool_corruption)
         if corrupted:
             log.info("corrupted output (planted pool fault) for prompt %s", job.digest[:12])
-        return output.generate(
+        out = output.generate(
             job.digest,
-            output.sampling_key(req.temperature, req.seed),
+            job.sampling_key,
             job.max_tokens,
             min_tokens=req.min_tokens,
             ignore_eos=req.ignore_eos,
@@ -162,6 +263,78 @@ class World:
             corrupted=corrupted,
             top_k=max(req.top_logprobs, 1) if req.logprobs else 0,
         )
+        return out, job.keys.local.extend(out.ids).keys
+
+    def submit(self, job: Job, replica: int, arrival: float) -> Served:
+        """Hand a prepared request to the engine (arrival: loop time at handler entry)."""
+        served = Served(self, replica, job, arrival)
+        self.cluster.submit(served.sim, replica)
+        self._ensure_driver()
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+        return served
+
+    def abort(self, served: Served) -> None:
+        """The client went away before the end: free what the request holds."""
+        if not served.finished:
+            self.cluster.abort(served.sim, served.replica)
+
+    # --- the driver ---------------------------------------------------------------------
+
+    def _ensure_driver(self) -> None:
+        if self._driver is None or self._driver.done():
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+            self._driver.add_done_callback(_driver_done)
+
+    async def stop(self) -> None:
+        """Stop the driver task (on app cleanup)."""
+        if self._driver is not None:
+            self._driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._driver
+            self._driver = None
+
+    async def _drive(self) -> None:
+        """Process the engine's events as the wall clock reaches them."""
+        loop = asyncio.get_running_loop()
+        cluster = self.cluster
+        while True:
+            t = cluster.next_time()
+            now = loop.time()
+            if t is not None and self.wall(t) <= now:
+                cluster.advance(max(t, self.modeled(now)))
+                continue
+            wake: asyncio.Future[None] = loop.create_future()
+            self._wake = wake
+            timer = loop.call_at(self.wall(t), _resolve, wake) if t is not None else None
+            try:
+                await wake
+            finally:
+                self._wake = None
+                if timer is not None:
+                    timer.cancel()
+
+    # --- the engine's listener ----------------------------------------------------------
+
+    def step_started(self, replica: int, step: Step) -> None:
+        metrics = self.replicas[replica].metrics
+        pool_on = self.shared_cache
+        for req in step.admitted:
+            served: Served = req.tag
+            if not served.admitted.done():
+                metrics.record(req.prompt_tokens, req.local_hit, req.pool_hit, pool_on)
+                served.admitted.set_result(None)
+        if step.preempted:
+            metrics.preemptions.inc(len(step.preempted))
+        for req in step.sampled:
+            served = req.tag
+            served.token_times.append(step.end)
+            if len(served.token_times) == 1:
+                metrics.ttft.observe(step.end - req.arrival)
+            served.notify()
+
+    def step_ended(self, replica: int, step: Step) -> None:
+        return None
 
     def config(self) -> dict[str, Any]:
         """The current configuration, as ``GET /sim/config`` reports it."""
@@ -174,88 +347,33 @@ class World:
         }
 
 
+def _driver_done(task: asyncio.Task[None]) -> None:
+    """A driver that fails leaves its requests waiting: say so, with the traceback."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the simulator's engine failed", exc_info=task.exception())
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class Replica:
-    """One simulated GPU replica: a prefix cache, one prefill slot, interleaved decodes."""
+    """One simulated replica as its HTTP app sees it: metrics, reset."""
 
     def __init__(self, world: World, index: int) -> None:
         self.world = world
         self.index = index
-        p = world.profile
-        self.cache = LocalPrefixCache(p.local_cache_tokens, p.local_block_tokens)
+        self.scheduler = world.cluster.replicas[index]
         self.metrics = ReplicaMetrics(world.model_name, index)
-        # vLLM's "running" excludes requests still queued for the prefill slot.
-        self.metrics.watch(lambda: self.running - self.waiting, lambda: self.waiting)
+        sched = self.scheduler
+        self.metrics.watch(
+            lambda: len(sched.running), lambda: len(sched.waiting), lambda: sched.kv.usage
+        )
         self.metrics.set_info(world.time_scale, world.shared_cache)
-        self._slot = asyncio.Lock()
-        self._free_at = 0.0
-        self.running = 0
-        self.waiting = 0
-        self.decoding = 0
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """Count a request as admitted (queued for the slot, prefilling or decoding)."""
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-
-    @contextmanager
-    def decode(self) -> Iterator[None]:
-        """Count a request in the decode batch while the block runs."""
-        self.decoding += 1
-        try:
-            yield
-        finally:
-            self.decoding -= 1
-
-    async def admit(self, job: Job, arrival: float) -> Admission:
-        """Take the prefill slot in turn, look up the caches and model the prefill.
-
-        The slot stays taken until the modeled prefill ends; the prompt's blocks (and its
-        chunks, when the pool is on) become visible to lookups then. Returns at once with
-        the schedule; the caller waits for ``first_token_at``.
-        """
-        loop = asyncio.get_running_loop()
-        world = self.world
-        self.waiting += 1
-        try:
-            await self._slot.acquire()
-        finally:
-            self.waiting -= 1
-        scale = world.time_scale
-        start = max(arrival, self._free_at)
-        limit = job.prompt_tokens - 1
-        pool_on = world.shared_cache
-        pool_prefix = world.pool.lookup(job.pool_keys, limit, start) if pool_on else 0
-        local, pool_hit = split_hit(self.cache.lookup(job.local_keys, limit), pool_prefix)
-        timing = request_timing(
-            world.profile, job.prompt_tokens, local, pool_hit, running=self.decoding + 1
-        )
-        prefill_end = start + timing.busy_s * scale
-        self._free_at = prefill_end
-        # Store now, while the request's own deadline still absorbs the work; the slot
-        # (and the pool's visibility time) keep the entries unseen until prefill_end.
-        self.cache.insert(job.local_keys)
-        if pool_on:
-            world.pool.insert(job.pool_keys, visible_at=prefill_end)
-        loop.call_at(prefill_end, self._slot.release)
-        self.metrics.record(job.prompt_tokens, local, pool_hit, pool_on)
-        adm = Admission(
-            local_hit=local,
-            pool_hit=pool_hit,
-            timing=timing,
-            arrival=arrival,
-            start=start,
-            first_token_at=prefill_end + timing.first_token_s * scale,
-            time_scale=scale,
-        )
-        self.metrics.ttft.observe(adm.modeled_ttft_s)
-        return adm
 
     def reset(self, pool: bool) -> None:
-        """Drop this replica's prefix cache (and the shared pool if ``pool``)."""
-        self.cache.clear()
+        """Drop this replica's cached KV blocks (and the shared pool if ``pool``)."""
+        self.scheduler.reset_cache()
         if pool:
-            self.world.pool.clear()
+            self.world.cluster.pool.clear()

@@ -3,8 +3,13 @@
 Token counters are cumulative since start, like vLLM's: ``prefix_cache_*`` for the
 replica's own prefix cache, ``external_prefix_cache_*`` for the shared pool (the
 connector); external queries move only while the pool is on, as vLLM without a
-connector reports none. ``vllm:time_to_first_token_seconds`` observes *modeled* seconds.
-``sessiongen_sim_info`` says this is a simulator and carries its time scale.
+connector reports none. They count each request once, at its first admission (a request
+preempted and readmitted is not counted again; ``vllm:num_preemptions_total`` counts
+preemptions). ``vllm:num_requests_running`` / ``_waiting`` are the scheduler's running
+batch and waiting queue, ``vllm:kv_cache_usage_perc`` the share of KV blocks held by
+running requests (cached blocks nobody holds count as free, as in vLLM).
+``vllm:time_to_first_token_seconds`` observes *modeled* seconds. ``sessiongen_sim_info``
+says this is a simulator and carries its time scale.
 """
 
 from __future__ import annotations
@@ -51,12 +56,16 @@ class ReplicaMetrics:
             buckets=TTFT_BUCKETS,
             registry=reg,
         ).labels(model_name=model_name)
+        self.preemptions = counter("vllm:num_preemptions", "Requests preempted (recompute)")
         self._running = Gauge(
-            "vllm:num_requests_running", "Requests prefilling or decoding", labels, registry=reg
+            "vllm:num_requests_running", "Requests in the running batch", labels, registry=reg
         )
         self._waiting = Gauge(
-            "vllm:num_requests_waiting",
-            "Requests waiting for the prefill slot",
+            "vllm:num_requests_waiting", "Requests in the waiting queue", labels, registry=reg
+        )
+        self._kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage: share of blocks held by running requests (1 = 100 percent)",
             labels,
             registry=reg,
         )
@@ -67,10 +76,16 @@ class ReplicaMetrics:
             registry=reg,
         )
 
-    def watch(self, running: Callable[[], int], waiting: Callable[[], int]) -> None:
-        """Read the running and waiting gauges from the replica at scrape time."""
+    def watch(
+        self,
+        running: Callable[[], int],
+        waiting: Callable[[], int],
+        kv_usage: Callable[[], float],
+    ) -> None:
+        """Read the scheduler's gauges at scrape time."""
         self._running.labels(model_name=self.model_name).set_function(running)
         self._waiting.labels(model_name=self.model_name).set_function(waiting)
+        self._kv_usage.labels(model_name=self.model_name).set_function(kv_usage)
 
     def set_info(self, time_scale: float, shared_cache: bool) -> None:
         """(Re)label the info gauge after a configuration change."""

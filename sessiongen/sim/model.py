@@ -4,7 +4,7 @@ All results are *modeled* seconds (what one GPU replica plus a shared host-memor
 would take), already multiplied by ``profile.slowdown``. The server turns them into wall
 time by multiplying with the time scale; nothing here knows about wall time.
 
-A request's time to first token (TTFT), excluding queueing for the prefill slot, is::
+A request's time to first token (TTFT) when it is alone on its replica is::
 
     hit overhead(local hit) + prefill(uncached, cached) + pool load(pool hit) + one ITL
 
@@ -12,7 +12,20 @@ with ``prefill(u, h) = a*u/1000 + b*(((h+u)/1000)^2 - (h/1000)^2)``: a linear te
 the attention the ``u`` new tokens pay over everything before them, so that a cold
 prefill of ``n`` tokens is ``a*n/1000 + b*(n/1000)^2`` (the study's fit to its cold
 column). The hit overhead is keyed on the tokens served by the replica's *own* prefix
-cache; the pool's cost is its load time (see ``sessiongen/sim/profile.py`` for why).
+cache; the pool's cost is its load time (see ``sessiongen/scenario/simprofile.py`` for why).
+
+Under load the scheduler (:mod:`sessiongen.sim.scheduler`) prices each engine step with
+the same terms, which is why they are additive:
+
+    step = sum(hit overheads of requests admitted in it) + wait for their pool loads
+         + sum(prefill_s(chunk, tokens before the chunk)) + decode_step_s(seqs, context)
+
+``prefill_s`` telescopes over the chunks of one prompt (a cold prompt cut into chunks
+costs exactly one cold prefill), and ``decode_step_s`` for one sequence is one ITL, so a
+request alone on its replica takes exactly the TTFT above. This is the form of the step
+models in DistServe's simulator (``a + b*tokens + c*tokens^2`` for prefill, ``a + b*context
++ c*batch`` for decode) and Vidur (token-level, attention and per-batch terms), with our
+coefficients from the study.
 """
 
 from __future__ import annotations
@@ -55,6 +68,33 @@ def pool_load_s(profile: SimProfile, pool_tokens: int) -> float:
     return profile.slowdown * (profile.pool_load_fixed_s + transfer)
 
 
+def pool_fixed_s(profile: SimProfile) -> float:
+    """Modeled fixed cost of a load from the pool (the part that does not use its link)."""
+    return profile.slowdown * profile.pool_load_fixed_s
+
+
+def pool_transfer_s(profile: SimProfile, pool_tokens: int) -> float:
+    """Modeled seconds the pool's link is busy moving ``pool_tokens`` tokens of KV."""
+    transfer = pool_tokens * profile.kv_bytes_per_token / (profile.pool_bandwidth_gbps * 1e9)
+    return profile.slowdown * transfer
+
+
+def decode_step_s(profile: SimProfile, seqs: int, context_tokens: int) -> float:
+    """The decode part of one engine step: ``seqs`` sequences each sample a token, over
+    ``context_tokens`` tokens of KV in total (memory-bound: every sequence's KV is read).
+
+    Zero without sequences; for one sequence it is :func:`itl_s` of its context.
+    """
+    if seqs <= 0:
+        return 0.0
+    value = (
+        profile.itl_base_s
+        + profile.itl_per_ktok_s * context_tokens / 1000.0
+        + profile.itl_per_batch_s * (seqs - 1)
+    )
+    return profile.slowdown * value
+
+
 def itl_s(profile: SimProfile, context: int, running: int) -> float:
     """Modeled inter-token latency at ``context`` tokens with ``running`` decodes in the batch."""
     others = max(running - 1, 0)
@@ -77,12 +117,12 @@ class Timing:
 
     @property
     def busy_s(self) -> float:
-        """How long the request holds its replica's single prefill slot."""
+        """Time until the prefill is done (the first token's step is then one ITL)."""
         return self.overhead_s + self.prefill_s + self.pool_load_s
 
     @property
     def ttft_s(self) -> float:
-        """Time to first token once the prefill slot is free."""
+        """Time to first token of a request alone on its replica."""
         return self.busy_s + self.first_token_s
 
 

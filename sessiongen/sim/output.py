@@ -117,6 +117,16 @@ def natural_length(digest: str, key: int) -> int:
     return 16 + _hash64("eos", digest, key) % 1024
 
 
+def output_length(
+    digest: str, key: int, max_tokens: int, *, min_tokens: int = 0, ignore_eos: bool = False
+) -> int:
+    """How many tokens the completion has (known before it is generated, and whatever
+    its content: a corrupted output is as long as the healthy one)."""
+    if ignore_eos:
+        return max_tokens
+    return min(max(natural_length(digest, key), min_tokens), max_tokens)
+
+
 def generate(
     digest: str,
     key: int,
@@ -129,9 +139,7 @@ def generate(
     top_k: int = 0,
 ) -> Output:
     """The deterministic completion of a prompt with digest ``digest``."""
-    length = max_tokens
-    if not ignore_eos:
-        length = min(max(natural_length(digest, key), min_tokens), max_tokens)
+    length = output_length(digest, key, max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos)
     salt = "corrupt" if corrupted else "ok"
     rand = _stream(_hash64("out", digest, key, salt), length)
     words = word_ids()

@@ -9,15 +9,20 @@ share its pool and run on one event loop). Routes: ``POST /v1/chat/completions``
 
 Each response carries the simulator's own account of the request: ``X-Sim-*`` headers on
 non-streaming responses and a ``sim`` object on the final usage chunk (and on
-non-streaming bodies): local and pool hit tokens, modeled TTFT and time to the last
-token, and how late the first byte was written against its deadline (``late_s``, wall
-seconds).
+non-streaming bodies): local and pool hit tokens, modeled TTFT, queueing and time to
+the last token, preemptions, the KV blocks in use when it was admitted (and the batch
+it joined), and how late the first byte was written against its deadline (``late_s``,
+wall seconds).
+
+A client that goes away aborts its request in the engine (its KV blocks are freed), as
+vLLM does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -26,8 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from sessiongen import __version__
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.sim.engine import Admission, Job, Replica, World
-from sessiongen.sim.model import itl_s
+from sessiongen.sim.engine import Job, Replica, Served, World
 from sessiongen.sim.output import Output
 from sessiongen.sim.wire import Api, BadRequest, Responder, error_body, parse_generation
 
@@ -38,6 +42,12 @@ MAX_BODY_BYTES = 256 * 2**20
 # Sleep until this long before a first-token deadline, then yield until it passes:
 # epoll rounds timeouts up to whole milliseconds.
 _SPIN_S = 0.0015
+# Decode writes of all streams together, per wall second, before a stream's writes are
+# spaced out (tokens due meanwhile go out in one write). Writing one SSE chunk costs
+# the loop some 20-40 us; 1,000 streams at a step every 10 ms wall would need 100,000
+# writes a second and delay every first token behind them. First tokens are always
+# written at their exact time.
+_WRITES_PER_S = 4000.0
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -64,6 +74,20 @@ async def _sleep_until(deadline: float, precise: bool = False) -> None:
         await asyncio.sleep(0)
 
 
+def _warn_late(world: World, replica: int, late_s: float, own_work_s: float) -> None:
+    """Say (at most once a second) that a first token was due before it could be written."""
+    now = time.monotonic()
+    if now - world.late_warned_at >= 1.0:
+        world.late_warned_at = now
+        log.warning(
+            "replica %d: a first token was due %.1f ms before its handler could write it "
+            "(own work %.1f ms); the simulator is short of CPU",
+            replica,
+            1000 * late_s,
+            1000 * own_work_s,
+        )
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -73,67 +97,78 @@ class _Generation:
 
     def __init__(self, replica: Replica, job: Job, arrival: float) -> None:
         self.replica = replica
+        self.world = replica.world
         self.job = job
         self.arrival = arrival
         self.prepared_at = asyncio.get_running_loop().time()
         self.responder = Responder(job.req, replica.world.model_name)
+        self.time_scale = self.world.time_scale
+        self._served: Served | None = None
 
-    async def start(self) -> tuple[Admission, Output]:
-        """Take the prefill slot and compute the output while the prefill is modeled."""
-        adm = await self.replica.admit(self.job, self.arrival)
+    @property
+    def served(self) -> Served:
+        assert self._served is not None
+        return self._served
+
+    async def start(self) -> Output:
+        """Submit the request and wait until the time of its first token is known (one
+        step ahead of it). An output that depends on the pool hit (a planted fault) is
+        generated once the request is admitted, while its prefill is modeled."""
+        world = self.world
+        served = self._served = world.submit(self.job, self.replica.index, self.arrival)
+        await served.admitted
         loop = asyncio.get_running_loop()
-        out = await loop.run_in_executor(None, self.replica.world.complete, self.job, adm)
-        if loop.time() > adm.first_token_at:
-            log.warning(
-                "replica %d: own work (%.1f ms) passed the first-token deadline by %.1f ms",
-                self.replica.index,
-                1000 * (self.prepared_at - self.arrival),
-                1000 * (loop.time() - adm.first_token_at),
+        ready = self.job.output
+        if ready is None:
+            out, keys = await loop.run_in_executor(
+                None, world.complete, self.job, served.sim.pool_hit
             )
-        return adm, out
+            served.sim.set_keys(keys)
+        else:
+            out = ready
+        await served.wait_tokens(1)
+        late = loop.time() - world.wall(served.token_times[0])
+        if late > 0:
+            _warn_late(world, self.replica.index, late, self.prepared_at - self.arrival)
+        return out
 
-    def next_deadline(self, after: float, token: int, scale: float) -> float:
-        """Deadline of output token ``token`` (>= 1), one ITL after the previous one.
+    def abort(self) -> None:
+        if self._served is not None:
+            self.world.abort(self._served)
 
-        The ITL uses the decode batch as it is now, so concurrent decodes slow each other.
-        """
-        context = self.job.prompt_tokens + token
-        return after + itl_s(self.replica.world.profile, context, self.replica.decoding) * scale
-
-    def extra(
-        self, adm: Admission, first_byte_at: float | None, last_token_at: float
-    ) -> dict[str, Any]:
+    def extra(self, first_byte_at: float | None) -> dict[str, Any]:
         """The simulator's own account of this request (modeled and wall seconds)."""
-        target = adm.first_token_at - adm.arrival
-        facts: dict[str, Any] = {
-            "replica": self.replica.index,
-            "local_hit_tokens": adm.local_hit,
-            "pool_hit_tokens": adm.pool_hit,
-            "modeled_ttft_s": adm.modeled_ttft_s,
-            "modeled_e2e_s": (last_token_at - adm.arrival) / adm.time_scale,
-            "modeled_queue_s": adm.modeled_queue_s,
-            "time_scale": adm.time_scale,
-            "own_work_s": self.prepared_at - self.arrival,
-            "target_ttft_s": target,
-        }
+        served = self.served
+        target = self.world.wall(served.token_times[0]) - self.arrival
+        facts = served.facts()
+        facts.update(
+            time_scale=self.time_scale,
+            own_work_s=self.prepared_at - self.arrival,
+            target_ttft_s=target,
+        )
         if first_byte_at is not None:
-            facts["wall_ttft_s"] = first_byte_at - adm.arrival
-            facts["late_s"] = first_byte_at - adm.arrival - target
+            facts["wall_ttft_s"] = first_byte_at - self.arrival
+            facts["late_s"] = first_byte_at - self.arrival - target
         return facts
 
-    def usage(self, adm: Admission, out: Output) -> dict[str, Any]:
-        return self.responder.usage(self.job.prompt_tokens, len(out.ids), adm.cached)
+    def usage(self, out: Output) -> dict[str, Any]:
+        sim = self.served.sim
+        return self.responder.usage(
+            self.job.prompt_tokens, len(out.ids), sim.local_hit + sim.pool_hit
+        )
 
-    def log(self, adm: Admission) -> None:
+    def log(self) -> None:
+        sim = self.served.sim
+        assert sim.admitted_at is not None and sim.first_token_at is not None
         log.info(
             "replica=%d prompt_tokens=%d local_hit=%d pool_hit=%d ttft_modeled=%.4fs "
             "queue_modeled=%.4fs",
             self.replica.index,
             self.job.prompt_tokens,
-            adm.local_hit,
-            adm.pool_hit,
-            adm.modeled_ttft_s,
-            adm.modeled_queue_s,
+            sim.local_hit,
+            sim.pool_hit,
+            sim.first_token_at - sim.arrival,
+            sim.admitted_at - sim.arrival,
         )
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
@@ -147,68 +182,73 @@ class _Generation:
         )
         await resp.prepare(request)
         loop = asyncio.get_running_loop()
-        with self.replica.active():
-            adm, out = await self.start()
-            self.log(adm)
-            await _sleep_until(adm.first_token_at, precise=True)
+        try:
+            out = await self.start()
+            self.log()
+            await _sleep_until(self.world.wall(self.served.token_times[0]), precise=True)
             chat = self.job.req.api == "chat"
             head = _sse(self.responder.role_chunk()) if chat else b""
             await resp.write(head + _sse(self.responder.token_chunk(out, 0, 1)))
             first_byte_at = loop.time()
             self.replica.metrics.generation_tokens.inc(len(out.ids))
-            with self.replica.decode():
-                last = await self._decode(resp, out, adm)
-            tail = b""
-            if self.job.req.include_usage:
-                chunk = self.responder.usage_chunk(
-                    self.usage(adm, out), self.extra(adm, first_byte_at, last)
-                )
-                tail = _sse(chunk)
-            await resp.write(tail + b"data: [DONE]\n\n")
-            await resp.write_eof()
+            await self._decode(resp, out)
+        except BaseException:
+            self.abort()
+            raise
+        tail = b""
+        if self.job.req.include_usage:
+            chunk = self.responder.usage_chunk(self.usage(out), self.extra(first_byte_at))
+            tail = _sse(chunk)
+        await resp.write_eof(tail + b"data: [DONE]\n\n")  # one send with the last chunk
         return resp
 
-    async def _decode(self, resp: web.StreamResponse, out: Output, adm: Admission) -> float:
-        """Write tokens 1.. at their deadlines; tokens already due go out in one write.
+    async def _decode(self, resp: web.StreamResponse, out: Output) -> None:
+        """Write tokens 1.. at their times; tokens already due go out in one write.
 
-        Returns the last token's deadline (loop time).
+        With many streams a stream writes at most every ``streams / _WRITES_PER_S``
+        wall seconds (modeled times, and so the usage facts, are unaffected).
         """
         loop = asyncio.get_running_loop()
-        count, sent, t = len(out.ids), 1, adm.first_token_at
-        while sent < count:
-            t = self.next_deadline(t, sent, adm.time_scale)
-            await _sleep_until(t)
-            now, due = loop.time(), sent + 1
-            while due < count:
-                t_next = self.next_deadline(t, due, adm.time_scale)
-                if t_next > now:
-                    break
-                t, due = t_next, due + 1
-            chunks = (_sse(self.responder.token_chunk(out, i, i + 1)) for i in range(sent, due))
-            await resp.write(b"".join(chunks))
-            sent = due
-        return t
+        served, world = self.served, self.world
+        wall = world.wall
+        count, sent, last_write = len(out.ids), 1, loop.time()
+        world.streams += 1
+        try:
+            while sent < count:
+                await served.wait_tokens(sent + 1)
+                gap = world.streams / _WRITES_PER_S
+                await _sleep_until(max(wall(served.token_times[sent]), last_write + gap))
+                now, due = loop.time(), sent + 1
+                known = min(count, len(served.token_times))
+                while due < known and wall(served.token_times[due]) <= now:
+                    due += 1
+                chunks = (_sse(self.responder.token_chunk(out, i, i + 1)) for i in range(sent, due))
+                await resp.write(b"".join(chunks))
+                sent, last_write = due, now
+        finally:
+            world.streams -= 1
 
     async def whole(self) -> web.Response:
-        """Serve as one JSON response after the last token's deadline."""
-        with self.replica.active():
-            adm, out = await self.start()
-            self.log(adm)
+        """Serve as one JSON response at the last token's time."""
+        try:
+            out = await self.start()
+            self.log()
             self.replica.metrics.generation_tokens.inc(len(out.ids))
-            with self.replica.decode():
-                t = adm.first_token_at
-                for token in range(1, len(out.ids)):
-                    t = self.next_deadline(t, token, adm.time_scale)
-                await _sleep_until(t)
-        extra = self.extra(adm, None, t)
+            await self.served.wait_finished()
+            await _sleep_until(self.world.wall(self.served.token_times[-1]))
+        except BaseException:
+            self.abort()
+            raise
+        extra = self.extra(None)
+        sim = self.served.sim
         headers = {
             "X-Sim-Replica": str(self.replica.index),
-            "X-Sim-Local-Hit-Tokens": str(adm.local_hit),
-            "X-Sim-Pool-Hit-Tokens": str(adm.pool_hit),
-            "X-Sim-Modeled-TTFT-S": f"{adm.modeled_ttft_s:.6f}",
-            "X-Sim-Time-Scale": repr(adm.time_scale),
+            "X-Sim-Local-Hit-Tokens": str(sim.local_hit),
+            "X-Sim-Pool-Hit-Tokens": str(sim.pool_hit),
+            "X-Sim-Modeled-TTFT-S": f"{extra['modeled_ttft_s']:.6f}",
+            "X-Sim-Time-Scale": repr(self.time_scale),
         }
-        return _json(self.responder.full(out, self.usage(adm, out), extra), headers=headers)
+        return _json(self.responder.full(out, self.usage(out), extra), headers=headers)
 
 
 async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
@@ -349,10 +389,15 @@ async def sim_config(request: web.Request) -> web.Response:
     return _json(world.config())
 
 
+async def _stop_world(app: web.Application) -> None:
+    await app[REPLICA].world.stop()
+
+
 def build_app(replica: Replica) -> web.Application:
     """The aiohttp app of one replica."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[REPLICA] = replica
+    app.on_cleanup.append(_stop_world)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/health", health)

@@ -1,2 +1,2 @@
 """Helpers the tests share: fake servers, synthetic runs and trend histories, the study's
-probe, the project's paths."""
+probe, requests to the simulated replicas, the project's paths."""

@@ -14,13 +14,14 @@ hit*, the same prefix plus another new question on the other replica with the po
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
 
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.sim.cache import LocalPrefixCache, SharedPool, split_hit
 from sessiongen.sim.model import request_timing
+from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
 
 Probe = Literal["cold", "local", "cross"]
 PROBES: tuple[Probe, ...] = ("cold", "local", "cross")
@@ -52,31 +53,27 @@ def probe_prompts(n: int, question_tokens: int = QUESTION_TOKENS) -> dict[Probe,
     }
 
 
-def probe_hits(profile: SimProfile, n: int) -> dict[Probe, tuple[int, int, int]]:
-    """(prompt tokens, local hit, pool hit) of each probe, using the real cache classes."""
+@functools.cache
+def run_probes(profile: SimProfile, n: int) -> dict[Probe, RequestResult]:
+    """The three probes through the simulator's engine on a virtual clock, one at a time:
+    cold and local on replica 0, cross on replica 1 (pool on), one output token each."""
     prompts = probe_prompts(n)
-    pool = SharedPool(
-        int(profile.pool_capacity_gib * 2**30),
-        profile.pool_chunk_tokens,
-        profile.kv_bytes_per_token,
-    )
-    sender = LocalPrefixCache(profile.local_cache_tokens, profile.local_block_tokens)
-    receiver = LocalPrefixCache(profile.local_cache_tokens, profile.local_block_tokens)
-    out: dict[Probe, tuple[int, int, int]] = {}
-    steps: tuple[tuple[Probe, LocalPrefixCache], ...] = (
-        ("cold", sender),
-        ("local", sender),
-        ("cross", receiver),
-    )
-    for probe, cache in steps:
-        ids = prompts[probe]
-        local_keys, pool_keys = cache.keys(ids), pool.keys(ids)
-        limit = len(ids) - 1
-        local, pool_hit = split_hit(cache.lookup(local_keys, limit), pool.lookup(pool_keys, limit))
-        out[probe] = (len(ids), local, pool_hit)
-        cache.insert(local_keys)
-        pool.insert(pool_keys)
+    driver = VirtualDriver(profile)
+    out: dict[Probe, RequestResult] = {}
+    at = 0.0
+    for probe, replica in (("cold", 0), ("local", 0), ("cross", 1)):
+        driver.submit(Arrival(at=at, replica=replica, prompt=prompts[probe], max_tokens=1))
+        out[probe] = driver.run()[-1]
+        at = out[probe].finished_s + 1.0
     return out
+
+
+def probe_hits(profile: SimProfile, n: int) -> dict[Probe, tuple[int, int, int]]:
+    """(prompt tokens, local hit, pool hit) of each probe, as the engine finds them."""
+    return {
+        probe: (r.prompt_tokens, r.local_hit_tokens, r.pool_hit_tokens)
+        for probe, r in run_probes(profile, n).items()
+    }
 
 
 def probe_ttft(profile: SimProfile, n: int) -> dict[Probe, float]:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessiongen.sim.cache import LocalPrefixCache, SharedPool, chain_keys, split_hit
+from sessiongen.sim.cache import KeyChain, PromptKeys, SharedPool, chain_keys, split_hit
 
 
 def ids(*ranges: tuple[int, int]) -> np.ndarray:
@@ -52,36 +52,36 @@ def test_chain_keys_agree_exactly_on_common_whole_blocks(
     assert len(set(kx)) == len(kx)
 
 
-def test_local_hit_is_block_aligned_and_tail_recomputed() -> None:
-    cache = LocalPrefixCache(capacity_tokens=10_000, block_tokens=16)
-    first = ids((0, 100))  # 6 whole blocks + 4 tail tokens
-    cache.insert(cache.keys(first))
-    assert cache.cached_tokens == 96
-    again = np.concatenate([first, ids((5000, 5032))])
-    # The 4 tail tokens of the first prompt sit in a block that now differs: recomputed.
-    assert cache.lookup(cache.keys(again), len(again) - 1) == 96
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 100_000), min_size=0, max_size=300),
+    st.lists(st.integers(0, 300), min_size=0, max_size=4),
+    st.integers(1, 40),
+)
+def test_extending_a_key_chain_gives_the_keys_of_the_whole_sequence(
+    tokens: list[int], cuts: list[int], block: int
+) -> None:
+    x = np.array(tokens, dtype=np.uint32)
+    chain = KeyChain.of(x[:0], block)
+    start = 0
+    for cut in sorted(c for c in cuts if c <= len(x)):
+        chain = chain.extend(x[start:cut])
+        start = cut
+    chain = chain.extend(x[start:])
+    assert chain.keys.tolist() == chain_keys(x, block) and chain.tokens == len(x)
 
 
-def test_full_hit_keeps_one_token_to_compute() -> None:
-    cache = LocalPrefixCache(capacity_tokens=10_000, block_tokens=16)
-    prompt = ids((0, 64))
-    cache.insert(cache.keys(prompt))
-    assert cache.lookup(cache.keys(prompt), len(prompt) - 1) == 48
-
-
-def test_lru_eviction_at_capacity_drops_least_recent_prompt_tail_first() -> None:
-    cache = LocalPrefixCache(capacity_tokens=64, block_tokens=16)  # 4 blocks
-    a, b = ids((0, 48)), ids((1000, 1032))  # 3 blocks, 2 blocks
-    cache.insert(cache.keys(a))
-    cache.insert(cache.keys(b))
-    assert cache.cached_tokens == 64 and cache.evicted_tokens == 16
-    # a lost its last block (its tail), not its head, so 2 of its blocks still hit.
-    assert cache.lookup(cache.keys(a), 10**9) == 32
-    assert cache.lookup(cache.keys(b), 10**9) == 32
-    # Refreshing a makes b the least recent; b's blocks go next.
-    cache.insert(cache.keys(a))
-    assert cache.lookup(cache.keys(a), 10**9) == 48
-    assert cache.lookup(cache.keys(b), 10**9) == 16
+def test_prompt_keys_extend_both_granularities() -> None:
+    head, tail = ids((0, 3000)), ids((9000, 9700))
+    whole = PromptKeys.of(np.concatenate([head, tail]), 16, 1568)
+    grown = PromptKeys.of(head, 16, 1568).extend(tail)
+    assert grown.tokens == whole.tokens == 3700
+    assert grown.local.keys.tolist() == whole.local.keys.tolist()
+    assert (
+        grown.pool.keys.tolist()
+        == whole.pool.keys.tolist()
+        == chain_keys(np.concatenate([head, tail]), 1568)
+    )
 
 
 def test_pool_is_chunk_aligned_and_bounded_in_bytes() -> None:

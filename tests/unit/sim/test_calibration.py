@@ -16,6 +16,7 @@ from sessiongen.sim import model
 from sessiongen.sim.output import word_ids
 from sessiongen.workload.tokenize import cl100k
 from tests.conftest import SimServers
+from tests.support.simreq import stream_facts
 from tests.support.study import (
     PROBES,
     STUDY_TTFT_S,
@@ -23,6 +24,7 @@ from tests.support.study import (
     probe_hits,
     probe_prompts,
     probe_ttft,
+    run_probes,
 )
 
 TOLERANCE = 0.10
@@ -40,6 +42,17 @@ def test_probe_hits_follow_block_and_chunk_alignment() -> None:
     assert hits["cold"] == (128_000, 0, 0)
     assert hits["local"] == (128_032, 128_000, 0)  # 8,000 whole 16-token blocks
     assert hits["cross"] == (128_032, 0, 81 * 1568)  # 81 whole chunks, tail recomputed
+
+
+@pytest.mark.parametrize("n", sorted(STUDY_TTFT_S))
+def test_scheduler_alone_takes_exactly_the_model_ttft(n: int) -> None:
+    """One request alone on its replica: the step-by-step engine (chunked prefill at
+    8,192 tokens a step, pool load over the link) adds up to the pure model's TTFT."""
+    profile = SimProfile()
+    expected = probe_ttft(profile, n)
+    for probe, result in run_probes(profile, n).items():
+        assert result.ttft_s == pytest.approx(expected[probe], rel=1e-12, abs=1e-12)
+        assert result.queue_s == 0 and result.preemptions == 0
 
 
 def test_slowdown_multiplies_every_modeled_latency() -> None:
@@ -70,27 +83,6 @@ def test_hit_overhead_is_flat_outside_its_table_and_zero_without_local_hit() -> 
 # These check what the servers model, exactly: the modeled TTFT each one reports equals
 # the pure model's cell. How closely the wall clock follows the model on a given machine
 # is measured, not asserted: bench/sim_fidelity.py prints it.
-
-
-async def stream_facts(server: TestServer, ids: list[int]) -> dict[str, Any]:
-    """The server's own account of one streamed completions request."""
-    body = {
-        "model": "sim-27b",
-        "prompt": ids,
-        "max_tokens": 2,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    facts: dict[str, Any] = {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(server.make_url("/v1/completions"), data=orjson.dumps(body)) as resp,
-    ):
-        async for line in resp.content:
-            if b'"usage"' in line:
-                facts = orjson.loads(line[6:])["sim"]
-    return facts
 
 
 async def test_running_servers_model_every_cell_exactly(sim_servers: SimServers) -> None:

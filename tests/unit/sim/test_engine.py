@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from tests.conftest import SimServers
+from tests.support.simreq import stream_facts
 
 MODEL = "sim-27b"
 COUNTERS = (
@@ -122,14 +123,17 @@ async def test_reset_and_config_routes(sim_servers: SimServers) -> None:
         assert resp.status == 400
 
 
-async def test_one_prefill_at_a_time_per_replica(sim_servers: SimServers) -> None:
+async def test_a_request_arriving_during_a_step_waits_for_its_end(
+    sim_servers: SimServers,
+) -> None:
     profile = SimProfile(time_scale=0.2)  # an 8k prefill: ~0.23 s wall, >> arrival jitter
     a, b = await sim_servers(profile)
     first, second = list(range(8000)), list(range(100_000, 108_000))
     same = await asyncio.gather(complete(a, first), complete(a, second))
     queued = max(r["sim"]["modeled_queue_s"] for r in same)
     cold = min(r["sim"]["modeled_ttft_s"] for r in same)
-    # The later one waited for the other's whole prefill (about 1.1 modeled s).
+    # The later one arrived while the other's one-step prefill (8,000 tokens, within
+    # the 8,192-token budget) ran, and joined the next step (about 1.1 modeled s).
     assert queued > 0.8 * cold
     apart = await asyncio.gather(
         complete(a, list(range(200_000, 208_000))), complete(b, list(range(300_000, 308_000)))
@@ -201,7 +205,7 @@ async def test_running_and_waiting_gauges(sim_servers: SimServers) -> None:
         running = sample(text, "vllm:num_requests_running")
         seen.add((running, sample(text, "vllm:num_requests_waiting")))
     await asyncio.gather(*tasks)
-    assert (1.0, 1.0) in seen  # one prefilling, one waiting for the prefill slot
+    assert (1.0, 1.0) in seen  # one in the step under way, one waiting for its end
     text = await scrape(a)
     assert sample(text, "vllm:num_requests_running") == 0
     assert sample(text, "vllm:num_requests_waiting") == 0
@@ -263,3 +267,71 @@ async def test_pool_serves_a_prefix_only_once_its_prefill_has_ended(
     await first
     after = await complete(c, [*context, 2])
     assert after["sim"]["pool_hit_tokens"] == 32_000 // 1568 * 1568
+
+
+async def test_four_replicas_share_one_pool(sim_servers: SimServers) -> None:
+    servers = await sim_servers(SimProfile(time_scale=0.001, replicas=4))
+    assert len(servers) == 4
+    context = list(range(10_000))
+    await complete(servers[0], context)
+    for i, server in enumerate(servers[1:], start=1):
+        out = await complete(server, [*context, i])
+        assert out["sim"]["replica"] == i
+        assert out["sim"]["pool_hit_tokens"] == 10_000 // 1568 * 1568
+        counters = await metrics(server)
+        assert counters["vllm:external_prefix_cache_hits_total"] == 10_000 // 1568 * 1568
+
+
+async def test_preemptions_and_kv_usage_reach_metrics_and_usage(sim_servers: SimServers) -> None:
+    # 64 blocks of 16 tokens; two requests of 400 + 300 tokens need 44 blocks each.
+    profile = SimProfile(time_scale=0.1, local_cache_tokens=1024, max_model_len=1024)
+    a, _ = await sim_servers(profile)
+    tasks = [asyncio.create_task(stream_facts(a, list(range(k, k + 400)), 300)) for k in (0, 10**5)]
+    usage: list[float] = []
+    while not all(t.done() for t in tasks):
+        usage.append(sample(await scrape(a), "vllm:kv_cache_usage_perc"))
+    facts = await asyncio.gather(*tasks)
+    text = await scrape(a)
+    preempted = sum(f["preemptions"] for f in facts)
+    assert preempted >= 1
+    assert sample(text, "vllm:num_preemptions_total") == preempted
+    assert max(usage) > 0.5 and sample(text, "vllm:kv_cache_usage_perc") == 0
+    assert all(f["kv_blocks_total"] == 64 for f in facts)
+    later = max(facts, key=lambda f: f["kv_blocks_in_use_at_admission"])
+    assert later["kv_blocks_in_use_at_admission"] >= 400 // 16  # the other one's prompt
+
+
+async def test_the_answer_is_reused_by_the_next_turn_on_the_same_replica(
+    sim_servers: SimServers,
+) -> None:
+    a, _ = await sim_servers(SimProfile(time_scale=0.001))
+    first = [{"role": "user", "content": "Tell me about rivers. " * 200}]
+    body = {"model": MODEL, "messages": first, "max_tokens": 40, "ignore_eos": True}
+    turn1 = await post(a, "/v1/chat/completions", body)
+    answer = turn1["choices"][0]["message"]["content"]
+    second = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "Why?"}]
+    turn2 = await post(a, "/v1/chat/completions", {**body, "messages": second})
+    prompt1 = turn1["usage"]["prompt_tokens"]
+    # The answer's blocks were cached under the keys of prompt + output: 39 of its 40
+    # tokens are in the KV cache, so at least one more whole block hits.
+    assert turn2["sim"]["local_hit_tokens"] >= (prompt1 // 16 + 2) * 16
+
+
+async def test_a_client_that_goes_away_frees_its_request(sim_servers: SimServers) -> None:
+    a, _ = await sim_servers(SimProfile(time_scale=0.05))
+    body = {
+        "model": MODEL,
+        "prompt": list(range(2000)),
+        "max_tokens": 5000,  # about 60 modeled s of decode: 3 s wall
+        "ignore_eos": True,
+        "stream": True,
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(a.make_url("/v1/completions"), json=body) as resp,
+    ):
+        await resp.content.readline()  # the first token is out
+        assert sample(await scrape(a), "vllm:num_requests_running") == 1
+    while sample(await scrape(a), "vllm:num_requests_running") != 0:
+        await asyncio.sleep(0.01)  # the server notices at its next write
+    assert sample(await scrape(a), "vllm:kv_cache_usage_perc") == 0
