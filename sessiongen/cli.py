@@ -523,6 +523,72 @@ def fit_cmd(run_dirs: tuple[str, ...], output: str, kv_bytes_per_token: int | No
     click.echo(f"profile: {fit.write_profile(result, Path(output))}")
 
 
+@cli.command("plan")
+@click.argument("scenario_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--vary",
+    "varies",
+    multiple=True,
+    metavar="KEY=V1,V2",
+    help="A scenario or profile key and its values, e.g. --vary target.sim.replicas=2,4 "
+    "(repeatable: every combination runs).",
+)
+@click.option(
+    "--profile",
+    type=click.Path(dir_okay=False),
+    help="A profile file (sessiongen fit writes one): --set target.sim.profile=PROFILE.",
+)
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--tokens",
+    type=click.Choice(["auto", "exact", "shape"]),
+    default="auto",
+    show_default=True,
+    help="Prompts tokenized exactly, or synthetic keys of the same shape (large runs).",
+)
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@set_option
+def plan_cmd(
+    scenario_file: str,
+    varies: tuple[str, ...],
+    profile: str | None,
+    runs_dir: str,
+    tokens: str,
+    progress: bool,
+    overrides: tuple[str, ...],
+) -> None:
+    """Answer what-if questions on the simulator's virtual clock (no server, no waiting).
+
+    Replays SCENARIO_FILE once per combination of the --vary values, on the same engine
+    as the simulated pair, and writes runs/plan-.../ with one run folder per
+    configuration, whatif.parquet, turns.parquet and a report. Every figure is the
+    simulator's (fit it to your hardware with sessiongen fit), never a measurement.
+    """
+    from typing import cast
+
+    from sessiongen.capacity import plan as plan_mod
+    from sessiongen.capacity.virtual import Tokens
+
+    parsed = [plan_mod.Vary.parse(v) for v in varies]
+    sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
+
+    def done(config: plan_mod.Config, run_dir: Path) -> None:
+        click.echo(f"[{config.index + 1}] {config.label}: {run_dir}")
+
+    out = plan_mod.plan(
+        scenario_file,
+        overrides=sets,
+        varies=parsed,
+        runs_dir=Path(runs_dir),
+        tokens=cast(Tokens, tokens),
+        progress=progress,
+        on_config=done,
+    )
+    click.echo(plan_mod.console_table(out, parsed))
+    click.echo(f"plan: {out}")
+    click.echo(f"report: {out / 'report' / 'report.md'}")
+
+
 @cli.command("calibrate")
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--concurrency", type=int, help="Streams at once (default: the scenario's).")

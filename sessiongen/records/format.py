@@ -27,6 +27,10 @@ Format history
   and ``cross_replica`` may be null (a router picked the replica and nothing said which);
   ``replica_source`` says how the serving replica was found (:data:`REPLICA_SOURCES`).
   Blocks may carry a ``router`` entry (the router process that served them).
+- ``schema_version`` 4: ``server_queue_s``, the server's own account of a request's wait
+  between arrival and admission (the simulator's); runs of the planner (target kind
+  ``plan``: virtual clock, every duration modeled) with ``replica_source`` and
+  ``hit_source`` ``planner``.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: How a record's serving replica was found (``replica_source``). ``placement``: the
 #: client sent the request to that replica itself. For routed requests, ``header`` (a
@@ -46,7 +50,16 @@ SCHEMA_VERSION = 3
 #: names it), ``counters`` (at concurrency 1, only that replica's ``/metrics`` counters
 #: moved), joined with ``+`` when several methods agreed; ``unknown`` when none could
 #: tell, ``conflict`` when two disagreed. The replica is never guessed: null for both.
-REPLICA_SOURCES = ("placement", "header", "fingerprint", "counters", "unknown", "conflict")
+#: ``planner``: the planner's model of the router picked it (virtual runs).
+REPLICA_SOURCES = (
+    "placement",
+    "header",
+    "fingerprint",
+    "counters",
+    "unknown",
+    "conflict",
+    "planner",
+)
 
 #: Columns that identify an arm, and a cell of the per-turn tables.
 ARM_KEYS = ("placement", "cache")
@@ -129,6 +142,9 @@ class RequestRecord:
     replica_source: str | None = column(
         pl.String(), "how the serving replica was found (REPLICA_SOURCES; v1-2: placement)"
     )
+    server_queue_s: float | None = column(
+        pl.Float64(), "the server's own arrival -> admission wait (simulator, planner; v1-3: null)"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +218,7 @@ class BlockEntry(TypedDict):
     dead_replicas: NotRequired[list[int]]
     lmcache_alive: NotRequired[bool]
     router: NotRequired[dict[str, Any]]
+    modeled_s: NotRequired[float]  # plan runs: the block's length on the virtual clock
 
 
 class BlockFacts(TypedDict, total=False):

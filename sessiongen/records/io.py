@@ -33,7 +33,7 @@ from sessiongen.records.format import (
 R = TypeVar("R")
 
 #: Manifest schema versions this code reads.
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 def atomic_write_parquet(path: Path, frame: pl.DataFrame) -> None:

@@ -124,6 +124,7 @@ def record_of(
         loop_lag_flag=lag_matters(ctx.lag, res),
         prompt_digest=req.prompt_digest(),
         server_ttft_s=_server_ttft_s(res),
+        server_queue_s=_server_fact_s(res, "modeled_queue_s"),
         load_level=plan.level,
         arrival_s=arrival_s,
         think_s=think_s,
@@ -166,6 +167,15 @@ def lag_matters(lag: LagMonitor, res: Result) -> bool:
     return overlap > LAG_SHARE * ttft_ns
 
 
+def _server_fact_s(res: Result, name: str) -> float | None:
+    """A modeled duration from the simulator's ``sim`` facts, in wall seconds."""
+    sim = res.server_facts("sim")
+    modeled, scale = sim.get(name), sim.get("time_scale")
+    if isinstance(modeled, int | float) and isinstance(scale, int | float):
+        return float(modeled) * float(scale)
+    return None
+
+
 def _server_ttft_s(res: Result) -> float | None:
     """The TTFT the server says it gave (wall seconds), where it says one.
 
@@ -173,11 +183,7 @@ def _server_ttft_s(res: Result) -> float | None:
     modeled TTFT and the time scale it ran at; their product is the wall time the
     client should have measured, so ``ttft_s - server_ttft_s`` is the measurement error.
     """
-    sim = res.server_facts("sim")
-    modeled, scale = sim.get("modeled_ttft_s"), sim.get("time_scale")
-    if isinstance(modeled, int | float) and isinstance(scale, int | float):
-        return float(modeled) * float(scale)
-    return None
+    return _server_fact_s(res, "modeled_ttft_s")
 
 
 async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result:

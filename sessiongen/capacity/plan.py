@@ -1,0 +1,285 @@
+"""What-if questions in virtual time: ``sessiongen plan SCENARIO --vary KEY=V1,V2 ...``.
+
+Each configuration is the scenario with one value of every varied key (the Cartesian
+product of the ``--vary`` options), replayed on the virtual clock
+(:func:`~sessiongen.capacity.virtual.virtual_replay`) into a run folder of its own, so
+every per-run tool (``sessiongen report``, the notebook, ``compare``) reads it. Any
+scenario or profile key can vary: ``target.sim.pool_capacity_tokens``,
+``target.sim.replicas``, ``target.sim.max_num_batched_tokens``, ``placement.policies``
+(client placements and ``router:POLICY``), ``load.levels``,
+``sessions.initial_context_tokens``, ...
+
+The plan folder ``runs/plan-<scenario>-<time>/`` holds ``configs/NN-<label>/`` (the
+runs), ``turns.parquet`` (per configuration, arm and turn: TTFT and the pool's gain)
+and ``whatif.parquet`` (per configuration and placement: the headline figures, defined
+in :data:`WHATIF_COLUMNS`), and ``report/`` (the what-if table and plots).
+
+Every figure is the model's, for one seeded arrival sequence: nothing here is measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sessiongen.capacity.virtual import Tokens, virtual_replay
+from sessiongen.errors import UserError
+from sessiongen.infra.files import atomic_write_bytes, ensure_dir, output_error
+from sessiongen.records import io
+from sessiongen.records.run import Run, load_run
+from sessiongen.scenario.spec import Scenario
+from sessiongen.scenario.spec import load as load_scenario
+
+#: What each what-if column means (one row per configuration, placement, context, level).
+WHATIF_COLUMNS = {
+    "session_gain": "median over sessions of the whole-session TTFT sum, OFF / ON",
+    "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
+    "ttft_p50_off_s": "median TTFT over every turn, pool off",
+    "ttft_p50_on_s": "median TTFT over every turn, pool on",
+    "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on",
+    "good_turns_off": "share of turns with TTFT within the objective, pool off",
+    "good_turns_on": "share of turns with TTFT within the objective, pool on",
+    "local_hit_rate_on": "prompt tokens served from the replica's own cache, pool on",
+    "pool_hit_rate_on": "prompt tokens served from the shared pool, pool on",
+    "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on",
+    "requests": "requests of the configuration and placement, both arms",
+}
+
+
+@dataclass(frozen=True)
+class Vary:
+    """One ``--vary KEY=V1,V2,...`` option: a dotted key and its values as written."""
+
+    key: str
+    values: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Vary:
+        """Values are split at commas outside brackets and quotes, so a list value is
+        written as one: ``load.levels=[1,2],[4,8]``."""
+        key, sep, rest = text.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise UserError(f"--vary {text!r}: expected KEY=V1,V2,...")
+        values = tuple(v.strip() for v in _split_top(rest) if v.strip())
+        if not values:
+            raise UserError(f"--vary {text!r}: expected at least one value after '='")
+        return cls(key, values)
+
+    @property
+    def name(self) -> str:
+        """The key's last part, for labels and columns (``pool_capacity_tokens``)."""
+        return self.key.rsplit(".", 1)[-1]
+
+
+def _split_top(text: str) -> list[str]:
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the grid: its index, the varied values, the scenario they give."""
+
+    index: int
+    values: dict[str, str]  # varied key -> value as written
+    scenario: Scenario
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.values.items()]
+        return " ".join(parts) or "as given"
+
+    @property
+    def folder(self) -> str:
+        slug = re.sub(r"[^A-Za-z0-9=._-]+", "_", self.label.replace(" ", "_"))[:80]
+        return f"{self.index:02d}-{slug}"
+
+
+def configs(path: str | Path, overrides: Sequence[str], varies: Sequence[Vary]) -> list[Config]:
+    """Every configuration of the grid, validated before anything runs (a bad value is a
+    one-line error naming the key)."""
+    keys = [v.key for v in varies]
+    if len(set(keys)) != len(keys):
+        raise UserError("--vary: each key once (give all its values in one option)")
+    out = []
+    for i, combo in enumerate(itertools.product(*(v.values for v in varies))):
+        values = dict(zip(keys, combo, strict=True))
+        sets = [*overrides, *(f"{k}={v}" for k, v in values.items())]
+        out.append(Config(i, values, load_scenario(path, sets)))
+    return out
+
+
+def plan(
+    path: str | Path,
+    *,
+    overrides: Sequence[str] = (),
+    varies: Sequence[Vary] = (),
+    runs_dir: Path = Path("runs"),
+    tokens: Tokens = "auto",
+    progress: bool = False,
+    on_config: Callable[[Config, Path], None] | None = None,
+) -> Path:
+    """Run the grid; write the plan folder (module doc); return its path."""
+    grid = configs(path, overrides, varies)
+    name = grid[0].scenario.name
+    out = ensure_dir(runs_dir) / f"plan-{io.new_run_id(name)}"
+    try:
+        out.mkdir()
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    turns, rows = [], []
+    for config in grid:
+        run_dir = virtual_replay(
+            config.scenario,
+            out / "configs",
+            run_id=config.folder,
+            tokens=tokens,
+            progress=progress,
+        )
+        run = load_run(run_dir)
+        tag = {"config": config.index, "label": config.label, **config.values}
+        turns.append(turn_table(run).with_columns(*_lits(tag)))
+        rows.append(whatif_rows(run).with_columns(*_lits(tag)))
+        if on_config is not None:
+            on_config(config, run_dir)
+    front = ["config", "label", *(v.key for v in varies)]
+    turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
+    whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)
+    _write_parquet(out / "turns.parquet", turn_frame)
+    _write_parquet(out / "whatif.parquet", whatif)
+    from sessiongen.report.whatif import write_whatif_report
+
+    write_whatif_report(out, whatif, turn_frame, grid, list(varies))
+    return out
+
+
+def _lits(tag: dict[str, Any]) -> list[pl.Expr]:
+    return [pl.lit(v).alias(k) for k, v in tag.items()]
+
+
+def _front(frame: pl.DataFrame, first: list[str]) -> pl.DataFrame:
+    return frame.select(*first, *(c for c in frame.columns if c not in first))
+
+
+def _write_parquet(path: Path, frame: pl.DataFrame) -> None:
+    import io as _io
+
+    buf = _io.BytesIO()
+    frame.write_parquet(buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+#: The keys of an arm in a plan's tables.
+ARM = ["placement", "context_tokens", "load_level"]
+
+
+def _measured(run: Run) -> pl.DataFrame:
+    return run.ok.with_columns(pl.col("load_level").fill_null(1.0))
+
+
+def turn_table(run: Run) -> pl.DataFrame:
+    """Per arm and turn: median and p90 TTFT per cache arm and the pool's gain."""
+    ok = _measured(run)
+    per = ok.group_by([*ARM, "cache", "turn"]).agg(
+        pl.col("ttft_s").median().alias("ttft_p50_s"),
+        pl.col("ttft_s").quantile(0.9, "nearest").alias("ttft_p90_s"),
+        pl.len().alias("n"),
+    )
+    wide = per.pivot(on="cache", index=[*ARM, "turn"], values=["ttft_p50_s", "ttft_p90_s", "n"])
+    for col in ("ttft_p50_s_off", "ttft_p50_s_on"):
+        if col not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    return wide.with_columns(
+        (pl.col("ttft_p50_s_off") / pl.col("ttft_p50_s_on")).alias("pool_gain")
+    ).sort([*ARM, "turn"])
+
+
+def whatif_rows(run: Run) -> pl.DataFrame:
+    """Per arm: the headline figures (:data:`WHATIF_COLUMNS`)."""
+    ok = _measured(run)
+    objective = run.meta.scenario.get("objective") or {}
+    target = objective.get("ttft_s")
+    good = (pl.col("ttft_s") <= target).mean() if target else pl.lit(None, dtype=pl.Float64)
+    per_arm = ok.group_by([*ARM, "cache"]).agg(
+        pl.col("ttft_s").median().alias("ttft_p50_s"),
+        pl.col("ttft_s").quantile(0.9, "nearest").alias("ttft_p90_s"),
+        good.alias("good_turns"),
+        (pl.col("local_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("local_hit"),
+        (pl.col("external_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("pool_hit"),
+        pl.col("server_queue_s").quantile(0.9, "nearest").alias("queue_p90_s"),
+        pl.len().alias("requests"),
+    )
+    sessions = (
+        ok.group_by([*ARM, "cache", "block", "session_id"])
+        .agg(pl.col("ttft_s").sum().alias("total"))
+        .group_by([*ARM, "cache"])
+        .agg(pl.col("total").median())
+    )
+    turns = turn_table(run)
+    later = (
+        turns.filter(pl.col("turn") >= 2)
+        .group_by(ARM)
+        .agg(pl.col("pool_gain").median().alias("later_turn_gain"))
+    )
+    arms = per_arm.join(sessions, on=[*ARM, "cache"], how="left")
+
+    def side(cache: str) -> pl.DataFrame:
+        return arms.filter(pl.col("cache") == cache).drop("cache")
+
+    wide = side("off").join(side("on"), on=ARM, how="full", coalesce=True, suffix="_on")
+    wide = wide.join(later, on=ARM, how="left")
+    return wide.select(
+        *ARM,
+        (pl.col("total") / pl.col("total_on")).alias("session_gain"),
+        "later_turn_gain",
+        pl.col("ttft_p50_s").alias("ttft_p50_off_s"),
+        pl.col("ttft_p50_s_on").alias("ttft_p50_on_s"),
+        pl.col("ttft_p90_s_on").alias("ttft_p90_on_s"),
+        pl.col("good_turns").alias("good_turns_off"),
+        pl.col("good_turns_on"),
+        pl.col("local_hit_on").alias("local_hit_rate_on"),
+        pl.col("pool_hit_on").alias("pool_hit_rate_on"),
+        pl.col("queue_p90_s_on").alias("queue_p90_on_s"),
+        (pl.col("requests").fill_null(0) + pl.col("requests_on").fill_null(0)).alias("requests"),
+    ).sort(ARM)
+
+
+def console_table(out: Path, varies: Sequence[Vary]) -> str:
+    """The what-if table as text: per configuration and placement, the headline figures."""
+    whatif = pl.read_parquet(out / "whatif.parquet")
+    keys = [v.key for v in varies]
+    shown = whatif.select(
+        *keys,
+        "placement",
+        "context_tokens",
+        "load_level",
+        pl.col("session_gain").round(2),
+        pl.col("later_turn_gain").round(2),
+        pl.col("ttft_p50_off_s").round(3),
+        pl.col("ttft_p50_on_s").round(3),
+        pl.col("pool_hit_rate_on").round(3),
+        pl.col("queue_p90_on_s").round(3),
+    ).rename({k: k.rsplit(".", 1)[-1] for k in keys})
+    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True,
+                   tbl_hide_column_data_types=True, tbl_width_chars=200):  # fmt: skip
+        return "What if (PLANNED, modeled seconds; not measured)\n" + str(shown)

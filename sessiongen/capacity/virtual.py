@@ -1,0 +1,630 @@
+"""A scenario replayed on the virtual clock: the same blocks, sessions and records as a
+replay on the simulated pair, in seconds of CPU instead of hours of wall time.
+
+:func:`virtual_replay` runs each block of the scenario's plan (placement, load level,
+cache arm) on a fresh :class:`~sessiongen.sim.virtual.VirtualDriver` (the served
+simulator's engine, without HTTP or sleeping), as replay runs each block on freshly
+started replicas: the same warm-ups, the same sessions in the same order, the same
+arrival schedule, think times and concurrency slots, the same placements. Where a
+router picks the replica, a model of its policy does (:mod:`.routers`). It writes a
+run folder like replay's (``manifest.json``, ``requests.parquet``), with target kind
+``plan`` and time scale 1: every duration is modeled seconds, none of them measured.
+
+Prompts come in two forms (``tokens``):
+
+- ``exact``: every turn's request body is built by the session builder and prepared by
+  the served simulator's own code (:meth:`sessiongen.sim.engine.World.prepare`: chat
+  template, token ids, block keys, the deterministic answer), so the engine sees what
+  the served simulator would;
+- ``shape``: for runs too large to tokenize (a day of 128k sessions), each context
+  size's first session is prepared exactly and the others get the same token counts
+  per turn with keys of their own (:meth:`sessiongen.sim.cache.PromptKeys.unique`):
+  a turn extends the previous one as the history mode says (frozen: the previous
+  prompt plus new tokens; live: plus the answer's ids too; none: the context plus a
+  new question), and no two sessions share a block unless the scenario's shared
+  system prompt spans whole blocks.
+
+``auto`` picks ``exact`` up to :data:`EXACT_SESSIONS` sessions per block.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from sessiongen.capacity.routers import MODELED, RouterModel
+from sessiongen.errors import ScenarioError
+from sessiongen.infra.files import ensure_dir, output_error
+from sessiongen.records import io
+from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, Manifest, RequestRecord
+from sessiongen.records.io import TableWriter
+from sessiongen.replay.arrivals import arrival_offsets, think_times
+from sessiongen.replay.placement import replica_for
+from sessiongen.replay.plan import BlockPlan, plan_blocks
+from sessiongen.replay.progress import BlockProgress
+from sessiongen.scenario.routerspec import GATEWAY, router_policy
+from sessiongen.scenario.schema import to_plain
+from sessiongen.scenario.spec import Scenario
+from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.engine import Job, World
+from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
+from sessiongen.workload.sessions import Session, SessionBuilder, TurnRequest
+from sessiongen.workload.textgen import generator_for
+
+Tokens = Literal["auto", "exact", "shape"]
+
+#: ``tokens = "auto"`` prepares every prompt exactly up to this many sessions per block.
+EXACT_SESSIONS = 256
+
+#: Closed-loop sessions start this far apart (modeled seconds), in order: replay's client
+#: sends them one after another, never in the same instant, so the first to reach an
+#: idle replica starts a step alone and the others join the next one, as in vLLM.
+START_STAGGER_S = 1e-6
+
+#: Seed of the synthetic system prompt every shaped session shares (session seeds are
+#: their indexes, far below it).
+_HEAD_SEED = 1 << 40
+
+#: What a plan run's manifest says of its target.
+PLAN_NOTE = (
+    "PLANNED: the simulator's engine on a virtual clock (no server, no wall time); "
+    "every duration is modeled, none measured"
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn as the engine sees it, and what its record says of the request."""
+
+    session_id: str
+    session_index: int
+    context_tokens: int
+    turn: int
+    prompt: PromptKeys
+    output_tokens: int
+    output_ids: NDArray[Any] | None
+    content_tokens: int
+    prompt_digest: str | None
+    expected: str | None
+
+
+class Prompts:
+    """Turns of sessions and warm-ups, exactly or by shape (see the module doc)."""
+
+    def __init__(self, scenario: Scenario, world: World, salt: str, tokens: Tokens) -> None:
+        self.scenario = scenario
+        self.world = world
+        self.builder = SessionBuilder(scenario, salt, generator_for(scenario.model.tokenizer))
+        self.sessions = self.builder.sessions()
+        per_block = len(self.sessions)
+        self.mode: Literal["exact", "shape"] = (
+            ("exact" if per_block <= EXACT_SESSIONS else "shape") if tokens == "auto" else tokens
+        )
+        self._shapes: dict[int, Shape] = {}
+
+    def prepare(self, req: TurnRequest) -> Job:
+        """The served simulator's own preparation of one request body."""
+        raw = orjson.dumps(req.body(self.scenario))
+        return self.world.prepare(raw, self.scenario.model.api)
+
+    def exact_turns(self, session: Session) -> list[Turn]:
+        live = self.scenario.sessions.history == "live"
+        answers: list[str] = []
+        out: list[Turn] = []
+        for k in range(1, session.turns + 1):
+            req = session.request(k, answers if live else None)
+            job = self.prepare(req)
+            output = job.output or self.world.complete(job, pool_hit=0)[0]
+            answers.append(output.text)
+            out.append(_turn_of(req, job, np.asarray(output.ids, dtype=np.uint32)))
+        session.forget()
+        return out
+
+    def turns(self, session: Session) -> list[Turn]:
+        """Every turn of ``session``, in order."""
+        if self.mode == "exact":
+            return self.exact_turns(session)
+        shape = self._shapes.get(session.context_tokens)
+        if shape is None:
+            shape = self._shapes[session.context_tokens] = self._shape_of(session.context_tokens)
+        return self._shaped(session, shape)
+
+    def _shape_of(self, context_tokens: int) -> Shape:
+        """The first two sessions of a context size, prepared exactly: token counts per
+        turn, and how many whole blocks the sessions share (a system prompt) and the
+        turns of a session share (the context, with history none)."""
+        first, *rest = [s for s in self.sessions if s.context_tokens == context_tokens][:2]
+        template = self.exact_turns(first)
+        shared = 0
+        if rest:
+            other = self.exact_turns(rest[0])[0].prompt.local.keys
+            shared = _common(template[0].prompt.local.keys, other)
+        context = template[0].prompt.local.keys
+        if len(template) > 1 and self.scenario.sessions.history == "none":
+            context_blocks = _common(context, template[1].prompt.local.keys)
+        else:
+            context_blocks = len(context)
+        block = self.world.profile.local_block_tokens
+        return Shape(template, shared * block, context_blocks * block)
+
+    def _shaped(self, session: Session, shape: Shape) -> list[Turn]:
+        p = self.world.profile
+        sizes = (p.local_block_tokens, p.pool_chunk_tokens)
+        history = self.scenario.sessions.history
+        rng = np.random.default_rng([self.scenario.seed, session.index, 0x5E55])
+        head = None
+        if shape.shared_tokens:
+            head = PromptKeys.unique(shape.shared_tokens, *sizes, seed=_HEAD_SEED)
+        out: list[Turn] = []
+        context: PromptKeys | None = None
+        for k, model in enumerate(shape.template):
+            n = model.prompt.tokens
+            if k == 0 or history == "none":
+                if context is None:
+                    c = shape.context_tokens if history == "none" else n
+                    context = (
+                        PromptKeys.unique(c, *sizes, seed=session.index)
+                        if head is None
+                        else head.extend(_ids(rng, c - head.tokens))
+                    )
+                prompt = context.extend(_ids(rng, n - context.tokens))
+            else:
+                prev = out[-1]
+                base = prev.prompt
+                if history == "live" and prev.output_ids is not None:
+                    base = base.extend(prev.output_ids)
+                prompt = base.extend(_ids(rng, max(n - base.tokens, 0)))
+            outputs = _ids(rng, model.output_tokens)
+            out.append(
+                Turn(
+                    session_id=session.session_id,
+                    session_index=session.index,
+                    context_tokens=session.context_tokens,
+                    turn=model.turn,
+                    prompt=prompt,
+                    output_tokens=model.output_tokens,
+                    output_ids=outputs,
+                    content_tokens=model.content_tokens,
+                    prompt_digest=None,
+                    expected=None,
+                )
+            )
+        return out
+
+    def warmup(self, key: str, tokens: int) -> Turn:
+        """A warm-up request, prepared exactly (they are short)."""
+        req = self.builder.warmup(key, tokens)
+        job = self.prepare(req)
+        output = job.output or self.world.complete(job, pool_hit=0)[0]
+        return _turn_of(req, job, np.asarray(output.ids, dtype=np.uint32))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What synthetic sessions copy from a context size's first session."""
+
+    template: list[Turn]
+    shared_tokens: int  # whole blocks every session shares (a system prompt)
+    context_tokens: int  # whole blocks every turn of a session shares (history none)
+
+
+def _common(a: NDArray[Any], b: NDArray[Any]) -> int:
+    """How many leading keys two chains share."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def _ids(rng: np.random.Generator, n: int) -> NDArray[np.uint32]:
+    return rng.integers(0, 100_000, max(n, 0), dtype=np.uint32)
+
+
+def _turn_of(req: TurnRequest, job: Job, output_ids: NDArray[Any]) -> Turn:
+    return Turn(
+        session_id=req.session_id,
+        session_index=req.session_index,
+        context_tokens=req.context_tokens,
+        turn=req.turn,
+        prompt=job.keys,
+        output_tokens=job.output_tokens,
+        output_ids=output_ids[: job.output_tokens],
+        content_tokens=req.content_tokens,
+        prompt_digest=req.prompt_digest(),
+        expected=req.expected,
+    )
+
+
+@dataclass
+class _Live:
+    """A session while its block runs: its turns, where it is, where its last turn ran."""
+
+    session: Session
+    offset_s: float | None  # open loop: scheduled start after the block's sessions begin
+    ready_at: float  # when it wanted a concurrency slot
+    think: list[float]
+    turns: list[Turn] = field(default_factory=list)
+    queue_s: float = 0.0
+    previous: int | None = None
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """A warm-up request: its turn, the replica it goes to (None: through the router)."""
+
+    turn: Turn
+    replica: int | None
+    hop: int
+
+
+class VirtualBlock:
+    """One block of the plan on a fresh virtual cluster (replay's block, without HTTP).
+
+    Events of the planner (a turn's arrival, a session's start) and of the engine are
+    processed in time order: the planner's first at equal times, so a turn arriving as
+    a step ends joins the next step, as the served simulator orders them. Routing is
+    decided at the arrival, with the router's in-flight counts as they are then.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        plan: BlockPlan,
+        prompts: Prompts,
+        emit: Callable[[RequestRecord], None],
+        *,
+        run_id: str,
+        start_s: float,
+        warmup_tokens: int,
+    ) -> None:
+        self.scenario = scenario
+        self.plan = plan
+        self.prompts = prompts
+        self.emit = emit
+        self.run_id = run_id
+        self.start_s = start_s
+        self.warmup_tokens = warmup_tokens
+        profile = prompts.world.profile
+        self.replicas = profile.replicas
+        self.driver = VirtualDriver(profile, shared_cache=plan.cache == "on", on_finish=self._done)
+        policy = router_policy(plan.placement)
+        self.router = RouterModel(policy, self.replicas, scenario.seed) if policy else None
+        self._events: list[tuple[float, int, Callable[[float], None]]] = []
+        self._seq = itertools.count()
+        self._waiting: list[_Live] = []
+        self._slots = self._concurrency()
+        self._warm: Iterator[_Warm] = iter(())
+
+    def _concurrency(self) -> int:
+        load = self.scenario.load
+        return int(self.plan.level) if load.arrival == "closed" else load.max_in_flight
+
+    def at(self, t: float, action: Callable[[float], None]) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), action))
+
+    def run(self) -> float:
+        """Run the block to its end; returns the modeled seconds it took."""
+        self._warm = iter(self._warmups())
+        self._next_warmup(0.0)
+        cluster = self.driver.cluster
+        events = self._events
+        while True:
+            engine_t = cluster.next_time()
+            if events and (engine_t is None or events[0][0] <= engine_t):
+                t, _seq, action = heapq.heappop(events)
+                action(t)
+            elif engine_t is not None:
+                self.driver.run(engine_t)
+            else:
+                break
+        return max(self.driver.now, 0.0)
+
+    # --- warm-ups ---------------------------------------------------------------------
+
+    def _warmups(self) -> Iterator[_Warm]:
+        """Replay's warm-ups: per round and replica a prompt on it, then on the next one;
+        through the router as well for routed placements."""
+        n, block = self.replicas, self.plan.block
+        for i in range(self.scenario.design.warmup_requests):
+            for r in range(n):
+                turn = self.prompts.warmup(f"b{block}-r{r}-{i}", self.warmup_tokens)
+                for hop, target in enumerate(dict.fromkeys([r, (r + 1) % n])):
+                    yield _Warm(turn, target, hop)
+        if self.router is not None:
+            for i in range(self.scenario.design.warmup_requests * max(1, n)):
+                yield _Warm(self.prompts.warmup(f"b{block}-gw-{i}", self.warmup_tokens), None, 0)
+
+    def _next_warmup(self, t: float) -> None:
+        warm = next(self._warm, None)
+        if warm is None:
+            self._start_sessions(t)
+            return
+        replica = warm.replica
+        if replica is None:
+            assert self.router is not None
+            replica = self.router.route(warm.turn.session_id, warm.turn.prompt.local.keys)
+        self._submit(t, replica, warm.turn, ("warmup", warm))
+
+    # --- sessions ---------------------------------------------------------------------
+
+    def _start_sessions(self, t: float) -> None:
+        sc = self.scenario
+        sessions = self.prompts.sessions
+        offsets: list[float] | None = None
+        if sc.load.arrival != "closed":
+            offsets = arrival_offsets(sc.load, self.plan.level, len(sessions), sc.seed)
+        for i, s in enumerate(sessions):
+            offset = None if offsets is None else offsets[s.index]
+            live = _Live(s, offset, 0.0, think_times(sc.sessions, s.index, sc.seed))
+            start = t + (i * START_STAGGER_S if offset is None else offset)
+            self.at(start, functools.partial(self._wants_slot, live))
+
+    def _wants_slot(self, live: _Live, now: float) -> None:
+        """A session asks for a concurrency slot (closed loop: the level; open loop:
+        ``load.max_in_flight``); it waits in order when none is free."""
+        live.ready_at = now
+        if self._slots > 0:
+            self._slots -= 1
+            self._begin(live, now)
+        else:
+            self._waiting.append(live)
+
+    def _begin(self, live: _Live, now: float) -> None:
+        live.queue_s = now - live.ready_at
+        live.turns = self.prompts.turns(live.session)
+        self._arrive(live, 0, now)
+
+    def _release(self, now: float) -> None:
+        if self._waiting:
+            self._begin(self._waiting.pop(0), now)
+        else:
+            self._slots += 1
+
+    def _arrive(self, live: _Live, k: int, now: float) -> None:
+        turn = live.turns[k]
+        if self.router is not None:
+            replica = self.router.route(turn.session_id, turn.prompt.local.keys)
+        else:
+            index, seed = live.session.index, self.scenario.seed
+            replica = replica_for(self.plan.placement, index, turn.turn, self.replicas, seed)
+        self._submit(now, replica, turn, (live, k))
+
+    def _submit(self, t: float, replica: int, turn: Turn, tag: Any) -> None:
+        self.driver.submit(
+            Arrival(
+                at=t,
+                replica=replica,
+                prompt=turn.prompt,
+                max_tokens=turn.output_tokens,
+                output_ids=turn.output_ids,
+                tag=tag,
+            )
+        )
+
+    def _done(self, result: RequestResult) -> None:
+        if self.router is not None:
+            self.router.finished(result.replica)
+        end = result.finished_s
+        owner, k = result.tag
+        if owner == "warmup":
+            warm: _Warm = k
+            self.emit(self._record(result, warm.turn, warmup=True, cross=warm.hop > 0))
+            self.at(end, self._next_warmup)
+            return
+        live: _Live = owner
+        turn = live.turns[k]
+        first = k == 0
+        cross = False if first else (live.previous != result.replica)
+        record = self._record(
+            result,
+            turn,
+            warmup=False,
+            cross=cross,
+            queue_s=live.queue_s if first else 0.0,
+            arrival_s=live.offset_s,
+            think_s=live.think[k],
+        )
+        self.emit(record)
+        live.previous = result.replica
+        if k + 1 < len(live.turns):
+            self.at(end + live.think[k + 1], functools.partial(self._arrive, live, k + 1))
+        else:
+            live.turns = []
+            self.at(end, self._release)
+
+    def _record(
+        self,
+        result: RequestResult,
+        turn: Turn,
+        *,
+        warmup: bool,
+        cross: bool,
+        queue_s: float = 0.0,
+        arrival_s: float | None = None,
+        think_s: float | None = None,
+    ) -> RequestRecord:
+        plan = self.plan
+        hits = result.local_hit_tokens + result.pool_hit_tokens
+        return RequestRecord(
+            run_id=self.run_id,
+            block=plan.block,
+            block_in_placement=plan.block_in_placement,
+            placement=plan.placement,
+            cache=plan.cache,
+            session_id=turn.session_id,
+            session_index=turn.session_index,
+            context_tokens=turn.context_tokens,
+            turn=turn.turn,
+            replica=result.replica,
+            cross_replica=cross,
+            warmup=warmup,
+            prompt_tokens=result.prompt_tokens,
+            content_tokens=turn.content_tokens,
+            cached_tokens=hits,
+            completion_tokens=result.output_tokens,
+            output_chunks=None,
+            queue_s=queue_s,
+            ttfb_s=result.ttft_s,
+            ttft_s=result.ttft_s,
+            e2e_s=result.e2e_s,
+            itl_p50_s=None,
+            itl_max_s=None,
+            send_s=self.start_s + result.arrival_s,
+            status="ok",
+            http_status=200,
+            error=None,
+            local_hit_tokens=result.local_hit_tokens,
+            external_hit_tokens=result.pool_hit_tokens,
+            expected=turn.expected,
+            answer_correct=None,
+            output_digest=None,
+            output_text=None,
+            first_logprob=None,
+            loop_lag_flag=False,
+            prompt_digest=turn.prompt_digest,
+            server_ttft_s=result.ttft_s,
+            load_level=plan.level,
+            arrival_s=arrival_s,
+            think_s=think_s,
+            hit_source="planner",
+            replica_source="planner" if self.router is not None else "placement",
+            server_queue_s=result.queue_s,
+        )
+
+
+def check_plannable(scenario: Scenario) -> None:
+    """A one-line :class:`ScenarioError` for what the planner cannot model."""
+    for placement in scenario.placement.policies:
+        if placement == GATEWAY:
+            raise ScenarioError(
+                scenario.source,
+                "placement.policies",
+                "gateway: the planner cannot model your own router; use router:POLICY",
+            )
+        policy = router_policy(placement)
+        if policy is not None and policy not in MODELED:
+            raise ScenarioError(
+                scenario.source,
+                "placement.policies",
+                f"{placement}: not modeled by the planner (modeled: {', '.join(MODELED)})",
+            )
+
+
+def warmup_tokens(scenario: Scenario) -> int:
+    """Replay's warm-up length on the simulator: ``design.warmup_tokens``, else two pool
+    chunks (at least 256 tokens)."""
+    given = scenario.design.warmup_tokens
+    return given if given is not None else max(256, 2 * scenario.target.sim.pool_chunk_tokens)
+
+
+def plan_target(scenario: Scenario, mode: str) -> dict[str, Any]:
+    """The manifest's ``target`` of a plan run."""
+    profile = scenario.target.sim
+    return {
+        "kind": "plan",
+        "simulated": True,
+        "note": PLAN_NOTE,
+        "time_scale": 1.0,
+        "replicas": profile.replicas,
+        "profile": to_plain(profile),
+        "prompts": mode,
+    }
+
+
+def virtual_replay(
+    scenario: Scenario,
+    runs_dir: Path,
+    *,
+    run_id: str | None = None,
+    tokens: Tokens = "auto",
+    progress: bool = False,
+) -> Path:
+    """Replay ``scenario`` on the virtual clock (module doc); returns the run folder."""
+    check_plannable(scenario)
+    run_id = run_id or io.new_run_id(scenario.name)
+    run_dir = ensure_dir(runs_dir) / run_id
+    try:
+        run_dir.mkdir()
+    except OSError as exc:
+        raise output_error(run_dir, exc) from None
+    salt = os.urandom(6).hex()
+    world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
+    prompts = Prompts(scenario, world, salt, tokens)
+    plan = plan_blocks(scenario, list(scenario.design.blocks))
+    manifest: Manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "scenario_name": scenario.name,
+        "scenario_source": scenario.source,
+        "scenario": scenario.to_dict(),
+        "scenario_digest": scenario.digest(),
+        "seed": scenario.seed,
+        "salt": salt,
+        "tokenizer": prompts.builder.tokenizer.identity,
+        "text_generator": prompts.builder.generator.identity,
+        "tool": io.tool_identity(),
+        "host": io.host_facts(),
+        "target": plan_target(scenario, prompts.mode),
+        "block_order": [{"placement": b.placement, "cache": b.cache} for b in plan],
+        "blocks": [],
+        "started_at": io.now_iso(),
+        "ended_at": None,
+        "complete": False,
+    }
+    writer = TableWriter(run_dir / "requests.parquet", RequestRecord, batch=4096)
+    start = 0.0
+    per_block = len(prompts.sessions) * scenario.sessions.turns
+    for block in plan:
+        bar = BlockProgress(
+            per_block,
+            f"[{block.block + 1}] {block.placement} cache={block.cache} (virtual)",
+            enabled=progress,
+            time_scale=1.0,
+            simulated=True,
+        )
+
+        def emit(record: RequestRecord, bar: BlockProgress = bar) -> None:
+            writer.add(record)
+            if not record.warmup:
+                bar.update(record)
+
+        entry: BlockEntry = {
+            "block": block.block,
+            "placement": block.placement,
+            "cache": block.cache,
+            "block_in_placement": block.block_in_placement,
+            "salt": salt,
+            "status": "ok",
+            "started_at": io.now_iso(),
+        }
+        runner = VirtualBlock(
+            scenario,
+            block,
+            prompts,
+            emit,
+            run_id=run_id,
+            start_s=start,
+            warmup_tokens=warmup_tokens(scenario),
+        )
+        took = runner.run()
+        bar.close()
+        entry["ended_at"] = io.now_iso()
+        entry["modeled_s"] = took
+        manifest["blocks"].append(entry)
+        start += took
+        if writer.due:
+            writer.flush()
+    writer.flush()
+    manifest["ended_at"] = io.now_iso()
+    manifest["complete"] = True
+    io.write_manifest(run_dir, manifest)
+    return run_dir
