@@ -26,6 +26,7 @@ PRESSURE = [
     "sessions.think_time_s=2",
     "load.levels=[1, 6]",
     "target.sim.local_cache_tokens=9000",  # about two 4.5k-token sessions per replica
+    "target.sim.max_model_len=8192",
     "target.sim.time_scale=0.05",
     "design.warmup_requests=1",
 ]
