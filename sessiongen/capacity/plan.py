@@ -30,7 +30,7 @@ import polars as pl
 
 from sessiongen.capacity.virtual import Tokens, virtual_replay
 from sessiongen.errors import UserError
-from sessiongen.infra.files import atomic_write_bytes, ensure_dir, output_error
+from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
 from sessiongen.scenario.spec import Scenario
@@ -165,8 +165,8 @@ def plan(
     front = ["config", "label", *(v.key for v in varies)]
     turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
     whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)
-    _write_parquet(out / "turns.parquet", turn_frame)
-    _write_parquet(out / "whatif.parquet", whatif)
+    io.atomic_write_parquet(out / "turns.parquet", turn_frame)
+    io.atomic_write_parquet(out / "whatif.parquet", whatif)
     from sessiongen.report.whatif import write_whatif_report
 
     write_whatif_report(out, whatif, turn_frame, grid, list(varies))
@@ -179,14 +179,6 @@ def _lits(tag: dict[str, Any]) -> list[pl.Expr]:
 
 def _front(frame: pl.DataFrame, first: list[str]) -> pl.DataFrame:
     return frame.select(*first, *(c for c in frame.columns if c not in first))
-
-
-def _write_parquet(path: Path, frame: pl.DataFrame) -> None:
-    import io as _io
-
-    buf = _io.BytesIO()
-    frame.write_parquet(buf)
-    atomic_write_bytes(path, buf.getvalue())
 
 
 #: The keys of an arm in a plan's tables.
