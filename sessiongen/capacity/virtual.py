@@ -40,14 +40,20 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
+import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.capacity.routers import MODELED, RouterModel
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
-from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, Manifest, RequestRecord
-from sessiongen.records.io import TableWriter
+from sessiongen.records.format import (
+    SCHEMA_VERSION,
+    BlockEntry,
+    Manifest,
+    RequestRecord,
+    frame_of_records,
+)
 from sessiongen.replay.arrivals import arrival_offsets, think_times
 from sessiongen.replay.placement import replica_for
 from sessiongen.replay.plan import BlockPlan, plan_blocks
@@ -154,17 +160,19 @@ class Prompts:
             context_blocks = _common(context, template[1].prompt.local.keys)
         else:
             context_blocks = len(context)
-        block = self.world.profile.local_block_tokens
-        return Shape(template, shared * block, context_blocks * block)
+        p = self.world.profile
+        block = p.local_block_tokens
+        head = None
+        if shared:  # one synthetic system prompt, extended by every session
+            head = PromptKeys.unique(shared * block, block, p.pool_chunk_tokens, seed=_HEAD_SEED)
+        return Shape(template, head, context_blocks * block)
 
     def _shaped(self, session: Session, shape: Shape) -> list[Turn]:
         p = self.world.profile
         sizes = (p.local_block_tokens, p.pool_chunk_tokens)
         history = self.scenario.sessions.history
         rng = np.random.default_rng([self.scenario.seed, session.index, 0x5E55])
-        head = None
-        if shape.shared_tokens:
-            head = PromptKeys.unique(shape.shared_tokens, *sizes, seed=_HEAD_SEED)
+        head = shape.head
         out: list[Turn] = []
         context: PromptKeys | None = None
         for k, model in enumerate(shape.template):
@@ -214,7 +222,7 @@ class Shape:
     """What synthetic sessions copy from a context size's first session."""
 
     template: list[Turn]
-    shared_tokens: int  # whole blocks every session shares (a system prompt)
+    head: PromptKeys | None  # keys of the whole blocks every session shares (system prompt)
     context_tokens: int  # whole blocks every turn of a session shares (history none)
 
 
@@ -501,6 +509,29 @@ class VirtualBlock:
         )
 
 
+class _Records:
+    """Records kept as frames of a batch each: a planned day has a million requests,
+    which as record objects would not fit in memory."""
+
+    def __init__(self, batch: int = 20_000) -> None:
+        self.batch = batch
+        self._records: list[RequestRecord] = []
+        self._frames: list[pl.DataFrame] = []
+
+    def add(self, record: RequestRecord) -> None:
+        self._records.append(record)
+        if len(self._records) >= self.batch:
+            self._frames.append(frame_of_records(self._records, RequestRecord))
+            self._records = []
+
+    def frame(self) -> pl.DataFrame:
+        """Every record so far, as one frame."""
+        if self._records or not self._frames:
+            self._frames.append(frame_of_records(self._records, RequestRecord))
+            self._records = []
+        return pl.concat(self._frames)
+
+
 def check_plannable(scenario: Scenario) -> None:
     """A one-line :class:`ScenarioError` for what the planner cannot model."""
     for placement in scenario.placement.policies:
@@ -580,7 +611,7 @@ def virtual_replay(
         "ended_at": None,
         "complete": False,
     }
-    writer = TableWriter(run_dir / "requests.parquet", RequestRecord, batch=4096)
+    writer = _Records()
     start = 0.0
     per_block = len(prompts.sessions) * scenario.sessions.turns
     for block in plan:
@@ -621,9 +652,7 @@ def virtual_replay(
         entry["modeled_s"] = took
         manifest["blocks"].append(entry)
         start += took
-        if writer.due:
-            writer.flush()
-    writer.flush()
+    io.atomic_write_parquet(run_dir / "requests.parquet", writer.frame())
     manifest["ended_at"] = io.now_iso()
     manifest["complete"] = True
     io.write_manifest(run_dir, manifest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 from tqdm import tqdm
@@ -22,6 +23,8 @@ class BlockProgress:
         self._scale = time_scale
         self._unit = "modeled s" if simulated else "s"
         self._bar: tqdm[Any] = tqdm(total=total, desc=desc, unit="turn", disable=not enabled)
+        self._enabled = enabled
+        self._shown_at = 0.0
 
     def update(self, record: RequestRecord) -> None:
         """Count one measured (not warm-up) request and move the bar."""
@@ -33,8 +36,13 @@ class BlockProgress:
             self._ttft.append(record.ttft_s)
         bar = self._bar
         bar.update(1)
-        # The postfix costs a median over the block: refresh it now and then, not per turn.
-        if len(self._ttft) % 8 == 1 or bar.n == bar.total or failed:
+        if not self._enabled:
+            return
+        # The postfix costs a median over the block: refresh it twice a second at most
+        # (a planned day has a million turns), and at the end and on errors.
+        now = time.monotonic()
+        if now - self._shown_at > 0.5 or bar.n == bar.total or failed:
+            self._shown_at = now
             bar.set_postfix_str(self.postfix())
 
     def postfix(self) -> str:
