@@ -1,5 +1,11 @@
 """Capacity planning: fit the simulator to real runs, then ask what-if in virtual time.
 
 - :mod:`.fit`: ``sessiongen fit``: the timing profile from real runs' records, with
-  bootstrap intervals and residuals, written as a profile file a scenario can load.
+  bootstrap intervals and residuals, written as a profile file a scenario can load;
+- :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
+  simulator's engine, no HTTP), written as a run folder of target kind ``plan``;
+- :mod:`.routers`: models of vllm-router's policies for routed placements;
+- :mod:`.plan`: ``sessiongen plan``: a grid of ``--vary`` configurations, the what-if
+  table and per-turn Parquet;
+- :mod:`.agreement`: a plan against a replay of the same scenario, per turn.
 """
