@@ -362,12 +362,32 @@ def from_dict(
     return schema.build(Scenario, data, source)
 
 
+#: ``target.sim.profile = "builtin:NAME"`` names a profile shipped in the package.
+BUILTIN = "builtin:"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+
+def builtin_profiles() -> list[str]:
+    """The names of the profiles shipped in the package (``builtin:NAME``)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+
+
+def builtin_profile(name: str, source: str) -> Path:
+    """The file of a shipped profile; a one-line error naming the known ones."""
+    path = PROFILES_DIR / f"{name[len(BUILTIN) :]}.toml"
+    if not path.is_file():
+        known = ", ".join(BUILTIN + n for n in builtin_profiles())
+        raise ScenarioError(source, "target.sim.profile", f"{name}: no such profile ({known})")
+    return path
+
+
 def _merge_profile_file(data: dict[str, Any], source: str) -> None:
     """``target.sim.profile = "FILE.toml"``: the file's parameters, under explicit keys.
 
     A profile file (``sessiongen fit`` writes one) holds a ``[target.sim]`` table or flat
     parameter keys; a relative path is taken from the scenario file's folder, then from
-    the working directory. Keys set in the scenario or with ``--set`` win over the file.
+    the working directory; ``builtin:NAME`` is a profile shipped in the package
+    (:func:`builtin_profiles`). Keys set in the scenario or with ``--set`` win over the file.
     """
     target = data.get("target")
     sim = target.get("sim") if isinstance(target, dict) else None
@@ -377,7 +397,9 @@ def _merge_profile_file(data: dict[str, Any], source: str) -> None:
     if not isinstance(name, str) or not name:
         raise ScenarioError(source, "target.sim.profile", f"expected a file name, got {name!r}")
     path = Path(name)
-    if not path.is_absolute() and not path.exists():
+    if name.startswith(BUILTIN):
+        path = builtin_profile(name, source)
+    elif not path.is_absolute() and not path.exists():
         beside = Path(source).parent / path
         path = beside if beside.exists() else path
     loaded = read_toml(path)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from sessiongen import scenario
 from sessiongen.errors import ScenarioError
+from sessiongen.scenario.spec import builtin_profiles
 from tests.support.paths import ROOT
 
 SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
@@ -135,3 +137,14 @@ def test_a_bad_profile_file_names_itself(tmp_path: Path) -> None:
         scenario.load(ROOT / "scenarios" / "smoke.toml", [f"target.sim.profile={profile}"])
     with pytest.raises(ScenarioError, match=r"none\.toml: no such file"):
         scenario.load(ROOT / "scenarios" / "smoke.toml", ["target.sim.profile=none.toml"])
+
+
+def test_the_shipped_study_profile_is_the_built_in_default() -> None:
+    """builtin:study holds exactly the defaults it documents (no drift between them)."""
+    smoke = ROOT / "scenarios" / "smoke.toml"
+    plain = scenario.load(smoke).target.sim
+    study = scenario.load(smoke, ["target.sim.profile=builtin:study"]).target.sim
+    assert dataclasses.replace(study, profile=None) == plain
+    assert "study" in builtin_profiles()
+    with pytest.raises(ScenarioError, match=r"builtin:nope: no such profile \(builtin:"):
+        scenario.load(smoke, ["target.sim.profile=builtin:nope"])
