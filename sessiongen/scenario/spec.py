@@ -244,6 +244,12 @@ class ManagedSpec:
     vllm_args: tuple[str, ...] = spec((), doc="extra arguments for every vLLM replica")
     replicas: int = spec(2, ge=1, le=64)
     gpus_per_replica: int = spec(1, ge=1)
+    cpu_cores: tuple[int, ...] = spec(
+        (),
+        ge=0,
+        doc="device cpu: cores dealt out to the replicas' compute threads, an equal share "
+        "each (empty: the cores sessiongen may run on); env VLLM_CPU_OMP_THREADS_BIND wins",
+    )
     base_port: int = spec(0, ge=0, le=65000, doc="replica i on base_port+i (0: free ports)")
     lmcache_port: int = spec(0, ge=0, le=65535, doc="LMCache server port (0: a free port)")
     pool_size_gb: float = spec(3.0, gt=0, doc="LMCache L1 pool size, GB")
