@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -167,8 +167,8 @@ def test_cache_off_reset_needs_no_pool(urls: Any) -> None:
 class FakePair:
     """Stands in for ManagedPair: counts starts, stops and resets."""
 
-    started: list[FakePair] = []
-    probe_ok = True
+    started: ClassVar[list[FakePair]] = []
+    probe_ok: ClassVar[bool] = True
 
     def __init__(self, spec: Any, model: str, cache_on: bool, log_dir: Path, **kw: Any) -> None:
         self.cache_on = cache_on
@@ -177,6 +177,9 @@ class FakePair:
         self.ready_s: float | None = None
         self.stopped = False
         self.resets = 0
+        self.urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+        self.processes: list[dict[str, Any]] = []
+        self.model_arg = "m"
 
     def start(self) -> None:
         FakePair.started.append(self)
@@ -191,10 +194,6 @@ class FakePair:
         if self.resettable and FakePair.probe_ok:
             return {"verified": True, "method": "fake"}
         return {"verified": False, "reason": "cold probe not cold after the reset: replica 0"}
-
-    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
-    processes: list[dict[str, Any]] = []
-    model_arg = "m"
 
     def dead_replicas(self) -> list[int]:
         return []
