@@ -30,6 +30,7 @@ from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
 from sessiongen.analysis.fidelity import (
     COLD_TOLERANCE,
     ERROR_SHARE,
+    STORE_COST_TOLERANCE,
     cold_turn_asymmetry,
     measurement_error,
     trust_warnings,
@@ -75,6 +76,7 @@ __all__ = [
     "DRIFT_MIN_UNITS",
     "ERROR_SHARE",
     "LOGPROB_TOL",
+    "STORE_COST_TOLERANCE",
     "VERDICTS",
     "Bootstrap",
     "Comparison",
