@@ -162,7 +162,12 @@ class DesignSpec:
         doc="context tokens of each warm-up (default: two of the target's pool chunks, "
         "so the shared pool stores and serves something before any measured request)",
     )
-    restart_between_blocks: bool = spec(True, doc="fresh replicas for each block when possible")
+    restart_between_blocks: bool = spec(
+        True,
+        doc="fresh replicas for each block when possible (false: the simulator keeps one "
+        "process; managed replicas are kept for a next block of the same arm, their caches "
+        "emptied and checked cold)",
+    )
 
     def __post_init__(self) -> None:
         if not self.blocks:

@@ -16,7 +16,8 @@ and everything after it scales with the slowest pair start seen so far, the *uni
 Before any pair has been measured, the unit is :data:`UNMEASURED_UNIT_S`: only the first
 pair start of a session runs under it, as a hang guard. Only pairs of two or more
 replicas are measured (a single replica starts in about half the time). The measured
-start-ups are printed at the end of the session.
+start-ups are printed at the end of the session; the whole tier here (eight pair starts:
+launch 2, pressure 2, replay 3, router 1) measured 69 to 135 s per pair and took 16 min.
 """
 
 from __future__ import annotations
