@@ -18,6 +18,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import BUILTIN_TINY, tiny_model_identity
@@ -83,6 +84,7 @@ class ManagedTarget:
             facts = await asyncio.to_thread(pair.reset_caches)
             if facts["verified"] and pair.cache_on == (cache == "on"):
                 opened["restarted"] = False
+                ensure_dir(log_dir)  # the block's own folder, for its router's log
             else:
                 facts["fallback"] = "restart"
                 await asyncio.to_thread(pair.stop)

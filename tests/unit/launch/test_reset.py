@@ -202,7 +202,9 @@ class FakePair:
         return True
 
 
-def run_blocks(blocks: list[str], *, restart: bool) -> tuple[list[dict[str, Any]], Any]:
+def run_blocks(
+    blocks: list[str], *, restart: bool, run_dir: Path
+) -> tuple[list[dict[str, Any]], Any]:
     """Open and close the blocks the way replay does; their facts, and the target."""
     sc = scenario.from_dict(
         {
@@ -213,6 +215,7 @@ def run_blocks(blocks: list[str], *, restart: bool) -> tuple[list[dict[str, Any]
         }
     )
     target = managed.ManagedTarget(sc)
+    target.attach(run_dir)
 
     async def go() -> list[dict[str, Any]]:
         out = []
@@ -234,28 +237,35 @@ def fake_pairs(monkeypatch: pytest.MonkeyPatch) -> type[FakePair]:
     return FakePair
 
 
-def test_same_arm_blocks_reset_instead_of_restarting(fake_pairs: type[FakePair]) -> None:
-    facts, target = run_blocks(["off", "on", "on", "off", "off"], restart=False)
+def test_same_arm_blocks_reset_instead_of_restarting(
+    fake_pairs: type[FakePair], tmp_path: Path
+) -> None:
+    facts, target = run_blocks(["off", "on", "on", "off", "off"], restart=False, run_dir=tmp_path)
     assert len(fake_pairs.started) == 3  # off | on, on | off, off
     assert [f["restarted"] for f in facts] == [True, True, False, True, False]
     assert [f.get("kept", False) for f in facts] == [False, True, False, True, False]
     assert facts[2]["reset"]["verified"] is True and "startup_s" not in facts[2]
+    assert (tmp_path / "block-2").is_dir()  # a reused block's router logs there
     assert facts[1]["startup_s"] == 1.5
     assert all(p.resettable and p.stopped for p in fake_pairs.started)
     described = target.describe()["blocks"]
     assert [b["restarted"] for b in described] == [f["restarted"] for f in facts]
 
 
-def test_fresh_replicas_per_block_stay_available(fake_pairs: type[FakePair]) -> None:
-    facts, _ = run_blocks(["off", "on", "on", "off"], restart=True)
+def test_fresh_replicas_per_block_stay_available(
+    fake_pairs: type[FakePair], tmp_path: Path
+) -> None:
+    facts, _ = run_blocks(["off", "on", "on", "off"], restart=True, run_dir=tmp_path)
     assert len(fake_pairs.started) == 4
     assert all(f["restarted"] and "reset" not in f and "stop" in f for f in facts)
     assert not any(p.resettable for p in fake_pairs.started)  # no dev mode when not needed
 
 
-def test_a_failed_cold_probe_falls_back_to_a_restart(fake_pairs: type[FakePair]) -> None:
+def test_a_failed_cold_probe_falls_back_to_a_restart(
+    fake_pairs: type[FakePair], tmp_path: Path
+) -> None:
     fake_pairs.probe_ok = False
-    facts, _ = run_blocks(["on", "on"], restart=False)
+    facts, _ = run_blocks(["on", "on"], restart=False, run_dir=tmp_path)
     assert len(fake_pairs.started) == 2
     second = facts[1]
     assert second["restarted"] is True and second["reset"]["fallback"] == "restart"
