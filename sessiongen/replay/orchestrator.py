@@ -1,7 +1,8 @@
 """Replay: run a scenario's sessions against a target, block by block, and record it all.
 
 For each placement policy and load level, the design's blocks run in order (default
-OFF, ON, ON, OFF), each on freshly started replicas when the target allows it, each
+OFF, ON, ON, OFF), each on freshly started replicas when the target allows it (or on
+kept ones whose caches were emptied, ``design.restart_between_blocks = false``), each
 preceded by warm-up requests of distinct content (recorded, flagged ``warmup``,
 excluded from results). Sessions run under the block's load (closed loop up to its
 concurrency, or open loop on a seeded arrival schedule); a session's turns run
