@@ -41,7 +41,7 @@ router: $(STAMP)
 real-stack: $(STAMP)
 	scripts/install-real-stack.sh $(VENV)
 
-## Real vLLM + LMCache replicas on the CPU (about 10 min on 2 cores).
+## Real vLLM + LMCache replicas on the CPU (about 16 min on 2 cores: eight pair starts).
 test-real: real-stack router
 	$(BIN)/pytest -m realstack -q
 

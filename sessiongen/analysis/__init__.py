@@ -40,6 +40,7 @@ from sessiongen.analysis.drift import (
 from sessiongen.analysis.fidelity import (
     COLD_TOLERANCE,
     ERROR_SHARE,
+    STORE_COST_TOLERANCE,
     cold_turn_asymmetry,
     measurement_error,
     trust_warnings,
@@ -83,6 +84,7 @@ __all__ = [
     "ERROR_SHARE",
     "EXIT_CODES",
     "LOGPROB_TOL",
+    "STORE_COST_TOLERANCE",
     "VERDICTS",
     "Bootstrap",
     "Comparison",

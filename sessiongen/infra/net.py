@@ -87,6 +87,35 @@ def http_json(url: str, timeout_s: float = 5.0) -> Any:
         raise EndpointError(f"{url}: unreadable: {exc}") from None
 
 
+def http_text(url: str, timeout_s: float = 30.0) -> str | None:
+    """``GET url``'s body as text, or None when it cannot be read."""
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def http_post_json(url: str, body: Any = None, timeout_s: float = 60.0) -> tuple[int, Any]:
+    """``POST url`` with a JSON body (none when ``body`` is None): the status and the
+    decoded JSON answer (None when it is not JSON). An HTTP error status is returned,
+    not raised; an :class:`EndpointError` when the server cannot be reached at all."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data or b"", headers=headers, method="POST")
+    try:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
+            status, raw = int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise EndpointError(f"POST {url}: unreachable: {exc}") from None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, None
+
+
 def wait_healthy(
     urls: Sequence[str],
     deadline: float,

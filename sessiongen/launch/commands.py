@@ -42,6 +42,13 @@ STACK_ENV: dict[str, str] = {
 CPU_ENV: dict[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 """Extra defaults on ``device = "cpu"``: vLLM's KV cache size in GiB per replica."""
 
+CPU_BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
+"""The cores a CPU replica's compute (OpenMP) threads run on; set per replica."""
+
+DEV_MODE_VAR = "VLLM_SERVER_DEV_MODE"
+"""Set to 1 on replicas whose caches are reset between blocks: vLLM serves
+``POST /reset_prefix_cache`` only in dev mode (404 otherwise)."""
+
 _SEED = "0"
 
 
@@ -226,26 +233,68 @@ def vllm_argv(
 
 
 def env_overrides(
-    spec: ManagedSpec, replica: int | None, base_env: Mapping[str, str] | None = None
+    spec: ManagedSpec,
+    replica: int | None,
+    base_env: Mapping[str, str] | None = None,
+    *,
+    dev_mode: bool = False,
+    cores: Sequence[int] | None = None,
 ) -> dict[str, str]:
     """The variables set for one process on top of sessiongen's environment.
 
-    Defaults (:data:`STACK_ENV`, plus :data:`CPU_ENV` on CPU) under ``spec.env``; on CUDA
-    each replica (``replica`` is its index, None for LMCache) gets its own slice of the
-    visible GPUs, ``gpus_per_replica`` wide. The visible GPUs are those listed in
-    ``CUDA_VISIBLE_DEVICES`` (from ``spec.env`` or the environment), else 0, 1, ...
+    Defaults (:data:`STACK_ENV`, plus :data:`CPU_ENV` on CPU) under ``spec.env``; each
+    replica (``replica`` is its index, None for LMCache) gets its own share of the
+    machine: on CUDA a slice of the visible GPUs, ``gpus_per_replica`` wide (the GPUs
+    listed in ``CUDA_VISIBLE_DEVICES``, from ``spec.env`` or the environment, else 0, 1,
+    ...); on CPU its own cores for its compute threads (:func:`cpu_binding`), unless
+    the user set :data:`CPU_BIND_VAR` (in ``spec.env`` or the environment). ``dev_mode``
+    sets :data:`DEV_MODE_VAR` on replicas, for cache resets between blocks.
     """
+    base = os.environ if base_env is None else base_env
     env = dict(STACK_ENV)
     if spec.device == "cpu":
         env.update(CPU_ENV)
     env.update(spec.env)
-    if spec.device == "cuda" and replica is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(_gpu_slice(spec, replica, base_env))
+    if replica is None:
+        return env
+    if spec.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(_gpu_slice(spec, replica, base))
+    elif CPU_BIND_VAR not in spec.env and CPU_BIND_VAR not in base:
+        env[CPU_BIND_VAR] = cpu_binding(spec, replica, cores)
+    if dev_mode:
+        env.setdefault(DEV_MODE_VAR, "1")
     return env
 
 
-def _gpu_slice(spec: ManagedSpec, replica: int, base_env: Mapping[str, str] | None) -> list[str]:
-    base = os.environ if base_env is None else base_env
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask), else all of the machine's."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_binding(spec: ManagedSpec, replica: int, cores: Sequence[int] | None = None) -> str:
+    """The cores replica ``replica`` binds its compute threads to (a vLLM CPU list, "0,1").
+
+    The cores (``spec.cpu_cores``, else ``cores``, else :func:`usable_cores`) are dealt
+    out in equal contiguous shares, ``len // replicas`` wide (at least one), round-robin
+    when there are more replicas than cores. Why: with vLLM's default binding (``auto``)
+    a replica *with* the KV connector holds back one core fewer, so on 2 cores each ON
+    replica ran 2 threads over both cores while each OFF replica ran 1 thread, both OFF
+    replicas on core 0; cold turns then differed 1.5-1.6x between the arms and an OFF
+    local hit queued behind the other replica's prefill (up to 1.8 s for a 0.06 s hit).
+    One core per replica made the arms' cold turns agree within the connector's own
+    store cost (ON/OFF 0.96-1.10, measured) and pair start-up faster (83-123 s vs
+    103-140 s).
+    """
+    pool = list(spec.cpu_cores) or list(cores if cores is not None else usable_cores())
+    width = max(1, len(pool) // spec.replicas)
+    first = replica * width
+    return ",".join(str(pool[(first + k) % len(pool)]) for k in range(width))
+
+
+def _gpu_slice(spec: ManagedSpec, replica: int, base: Mapping[str, str]) -> list[str]:
     listed = spec.env.get("CUDA_VISIBLE_DEVICES", base.get("CUDA_VISIBLE_DEVICES"))
     width = spec.gpus_per_replica
     if listed is None:

@@ -27,7 +27,7 @@ from typing import Any
 from sessiongen.errors import EndpointError
 from sessiongen.infra import files, net, procs
 from sessiongen.infra.files import ensure_dir
-from sessiongen.launch import commands
+from sessiongen.launch import commands, reset
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
 
@@ -47,6 +47,9 @@ class ManagedPair:
     Ports: replica ``i`` listens on ``spec.base_port + i``, the LMCache server on
     ``spec.lmcache_port`` and its HTTP API on ``lmcache_http_port``; each 0 means a free
     port is picked, so two pairs on one host do not collide.
+
+    ``resettable`` starts the replicas in vLLM's dev mode, so that :meth:`reset_caches`
+    can empty their prefix caches between blocks.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class ManagedPair:
         state_file: Path | None = None,
         stop_grace_s: float = 30.0,
         python: str = sys.executable,
+        resettable: bool = False,
     ) -> None:
         self.spec = spec
         self.model_name = model_name
@@ -71,6 +75,8 @@ class ManagedPair:
         self._lmcache_http_port = lmcache_http_port
         self._tiny_model_dir = tiny_model_dir or commands.default_model_cache()
         self._python = python
+        self.resettable = resettable
+        self.ready_s: float | None = None
         self._records: list[ProcessRecord] = []
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._healthy: set[str] = set()
@@ -89,12 +95,14 @@ class ManagedPair:
         Raises :class:`MissingDependencyError` when vLLM or LMCache is not installed,
         :class:`EndpointError` for a taken port, a process that exits during start-up
         (with the tail of its log) or a missed ``spec.startup_timeout_s`` deadline.
+        On success :attr:`ready_s` holds the seconds it took.
         """
         if self._started:
             raise RuntimeError("ManagedPair.start() called twice")
         self._started = True
         commands.require_stack(self.cache_on)
-        deadline = time.monotonic() + self.spec.startup_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + self.spec.startup_timeout_s
         ports = self._choose_ports()
         ensure_dir(self.log_dir)
         _LIVE_PAIRS.add(self)
@@ -124,6 +132,22 @@ class ManagedPair:
         except BaseException:
             self.stop()
             raise
+        self.ready_s = round(time.monotonic() - t0, 3)
+
+    def reset_caches(self) -> dict[str, Any]:
+        """Empty every cache of the running pair and prove it with a cold probe.
+
+        The facts of :func:`~sessiongen.launch.reset.verified_reset` (``verified`` false,
+        with the reason, when the pair was not started ``resettable`` or the probe found
+        anything cached); the caller restarts the pair then.
+        """
+        if not self.resettable:
+            return {"verified": False, "reason": "replicas not started in vLLM's dev mode"}
+        # Long enough for whole pool chunks and KV blocks, short enough for any max_model_len.
+        probe_tokens = min(max(1024, 4 * self.spec.chunk_size), self.spec.max_model_len // 2)
+        return reset.verified_reset(
+            self.urls, self.lmcache_url, self.model_name, probe_tokens=probe_tokens
+        )
 
     def stop(self) -> dict[str, str]:
         """Stop every process group (replicas and LMCache together); idempotent.
@@ -284,7 +308,8 @@ class ManagedPair:
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Start one server and record it (state file included) before anything else."""
-        env = commands.env_overrides(self.spec, index if role == "replica" else None)
+        replica = index if role == "replica" else None
+        env = commands.env_overrides(self.spec, replica, dev_mode=self.resettable)
         name = role if role == "lmcache" else f"{role}-{index}"
         log = self.log_dir / f"{name}.log"
         with self._lock:

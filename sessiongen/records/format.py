@@ -219,6 +219,9 @@ class BlockEntry(TypedDict):
     lmcache_alive: NotRequired[bool]
     router: NotRequired[dict[str, Any]]
     modeled_s: NotRequired[float]  # plan runs: the block's length on the virtual clock
+    startup_s: NotRequired[float | None]
+    reset: NotRequired[dict[str, Any]]
+    kept: NotRequired[bool]
 
 
 class BlockFacts(TypedDict, total=False):
@@ -231,6 +234,9 @@ class BlockFacts(TypedDict, total=False):
     lmcache_alive: bool
     status: str
     router: dict[str, Any]  # the router started for the block: policy, process, outcome
+    startup_s: float | None  # seconds its freshly started replicas took to become ready
+    reset: dict[str, Any]  # caches emptied instead of a restart: how, and the cold probe
+    kept: bool  # its replicas were left running for the next block (of the same arm)
 
 
 def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
@@ -249,6 +255,12 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["status"] = facts["status"]
     if "router" in facts:
         entry["router"] = facts["router"]
+    if "startup_s" in facts:
+        entry["startup_s"] = facts["startup_s"]
+    if "reset" in facts:
+        entry["reset"] = facts["reset"]
+    if "kept" in facts:
+        entry["kept"] = facts["kept"]
 
 
 class Manifest(TypedDict):

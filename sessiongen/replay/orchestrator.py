@@ -1,7 +1,8 @@
 """Replay: run a scenario's sessions against a target, block by block, and record it all.
 
 For each placement policy and load level, the design's blocks run in order (default
-OFF, ON, ON, OFF), each on freshly started replicas when the target allows it, each
+OFF, ON, ON, OFF), each on freshly started replicas when the target allows it (or on
+kept ones whose caches were emptied, ``design.restart_between_blocks = false``), each
 preceded by warm-up requests of distinct content (recorded, flagged ``warmup``,
 excluded from results). Sessions run under the block's load (closed loop up to its
 concurrency, or open loop on a seeded arrival schedule); a session's turns run
@@ -189,8 +190,8 @@ class _Replay:
         driver = self.scenario.driver
         client = Client(driver.concurrency, driver.connect_timeout_s)
         try:
-            for block in plan:
-                await self.run_block(client, block)
+            for block, following in zip(plan, [*plan[1:], None], strict=True):
+                await self.run_block(client, block, following.cache if following else None)
             self.manifest["complete"] = True
         finally:
             lag_task.cancel()
@@ -198,7 +199,9 @@ class _Replay:
             await self.target.close()
             self.manifest["target"] = self.target.describe()
 
-    async def run_block(self, client: Client, plan: BlockPlan) -> None:
+    async def run_block(self, client: Client, plan: BlockPlan, next_cache: str | None) -> None:
+        """One block from opening its replicas to closing them; ``next_cache`` (the arm of
+        the block that follows) lets the target keep processes for a block of its arm."""
         salt = self.salt if self.target.restarts else f"{self.salt}-b{plan.block}"
         entry: BlockEntry = {
             "block": plan.block,
@@ -265,7 +268,7 @@ class _Replay:
             entry["status"], entry["errors"] = "failed" if errors else "ok", errors
         finally:
             entry["ended_at"] = io.now_iso()
-            merge_facts(entry, await self.target.close_block())
+            merge_facts(entry, await self.target.close_block(next_cache=next_cache))
             await self.recorder.flush()
 
     def _level_text(self, plan: BlockPlan) -> str:

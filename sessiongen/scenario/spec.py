@@ -162,7 +162,12 @@ class DesignSpec:
         doc="context tokens of each warm-up (default: two of the target's pool chunks, "
         "so the shared pool stores and serves something before any measured request)",
     )
-    restart_between_blocks: bool = spec(True, doc="fresh replicas for each block when possible")
+    restart_between_blocks: bool = spec(
+        True,
+        doc="fresh replicas for each block when possible (false: the simulator keeps one "
+        "process; managed replicas are kept for a next block of the same arm, their caches "
+        "emptied and checked cold)",
+    )
 
     def __post_init__(self) -> None:
         if not self.blocks:
@@ -244,6 +249,12 @@ class ManagedSpec:
     vllm_args: tuple[str, ...] = spec((), doc="extra arguments for every vLLM replica")
     replicas: int = spec(2, ge=1, le=64)
     gpus_per_replica: int = spec(1, ge=1)
+    cpu_cores: tuple[int, ...] = spec(
+        (),
+        ge=0,
+        doc="device cpu: cores dealt out to the replicas' compute threads, an equal share "
+        "each (empty: the cores sessiongen may run on); env VLLM_CPU_OMP_THREADS_BIND wins",
+    )
     base_port: int = spec(0, ge=0, le=65000, doc="replica i on base_port+i (0: free ports)")
     lmcache_port: int = spec(0, ge=0, le=65535, doc="LMCache server port (0: a free port)")
     pool_size_gb: float = spec(3.0, gt=0, doc="LMCache L1 pool size, GB")

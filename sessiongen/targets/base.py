@@ -36,7 +36,9 @@ class Target(Protocol):
     simulated: bool
     time_scale: float  # wall seconds per modeled second (1 for real targets)
     n_replicas: int
-    restarts: bool  # True when every block runs on freshly started replicas
+    # True when every block starts on cold replicas (freshly started, or caches emptied
+    # and verified), so that every block may replay the same prompts.
+    restarts: bool
     pool_chunk_tokens: int | None  # the shared pool's chunk size, where the target knows it
     served_by: ServedBy  # how its responses name the replica that served them
 
@@ -66,9 +68,11 @@ class Target(Protocol):
         router; None when the client picks the replica itself."""
         ...
 
-    async def close_block(self) -> BlockFacts:
+    async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         """End a block (stop its router, and its replicas where the target restarts
-        them); facts to record."""
+        them); facts to record. ``next_cache`` is the arm of the block that follows
+        (None: none, or unknown), for targets that keep processes for a block of the
+        same arm."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -117,7 +117,7 @@ class EndpointsTarget:
         log = router_log(self._log_dir, f"router-{self._blocks}.log")
         return await self.routers.open(placement, self.urls, log)
 
-    async def close_block(self) -> BlockFacts:
+    async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
         facts: BlockFacts = {"restarted": False}
         router = await self.routers.close()

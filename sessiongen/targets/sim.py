@@ -74,7 +74,7 @@ class SimTarget:
         log = router_log(self._log_dir, f"router-{self._blocks}.log")
         return await self.routers.open(placement, self._urls, log)
 
-    async def close_block(self) -> BlockFacts:
+    async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
         facts: BlockFacts = {"restarted": self.restarts}
         router = await self.routers.close()

@@ -1,9 +1,11 @@
 """The launcher against the real stack: vLLM (CPU) + LMCache with the tiny model.
 
-Slow (a pair takes about 90 s to start on 2 cores), so marked ``realstack``; skipped
-when vLLM is not installed. One cache-ON pair is shared by the tests in this module and
-stopped by the last one; a one-replica cache-OFF pair exercises ``pair up/down`` first,
-so that at most one pair runs at a time.
+Slow (a pair took 56 to 154 s to become ready on this project's 2-core machine, about 3
+minutes on a busier one), so marked ``realstack``; skipped when vLLM is not installed.
+Two starts: one cache-ON pair, shared by the tests in this module and stopped by the
+crash test; then a one-replica cache-OFF pair exercises ``pair up/down``, so that at
+most one pair runs at a time. The ON pair is the session's first when the tier runs
+whole: its start-up sets the limits of every later start (see conftest.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import EndpointError, MissingDependencyError
 from sessiongen.infra import net, procs
-from sessiongen.launch import state
+from sessiongen.launch import commands, state
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.launch.tinymodel import (
@@ -38,6 +40,7 @@ from sessiongen.launch.tinymodel import (
 from sessiongen.scenario.spec import ManagedSpec
 from sessiongen.workload.textgen import default_generator
 from sessiongen.workload.tokenize import cl100k
+from tests.realstack.conftest import StartupClock
 
 pytestmark = [
     pytest.mark.realstack,
@@ -110,8 +113,10 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedPair]:
-    spec = ManagedSpec(startup_timeout_s=600.0)
+def pair(
+    tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory, startup: StartupClock
+) -> Iterator[ManagedPair]:
+    spec = ManagedSpec(startup_timeout_s=startup.timeout_s())
     logs = tmp_path_factory.mktemp("pair-logs")
     managed = ManagedPair(spec, MODEL, True, logs, tiny_model_dir=tiny_dir)
     with managed:
@@ -176,33 +181,7 @@ def test_taken_port_is_refused(tmp_path: Path, tiny_dir: Path) -> None:
     assert managed.records == [] and not (tmp_path / "logs").exists()
 
 
-def test_pair_up_status_down_cache_off(tmp_path: Path, tiny_dir: Path) -> None:
-    raw = {
-        "name": "launch-test",
-        "model": {"name": MODEL},
-        "target": {"kind": "managed", "managed": {"replicas": 1, "startup_timeout_s": 600}},
-    }
-    scn = scenario_mod.from_dict(raw, source="launch-test.toml")
-    up = state.pair_up(scn, tmp_path, cache_on=False, tiny_model_dir=tiny_dir)
-    records = [ProcessRecord.from_dict(p) for p in up["processes"]]
-    try:
-        assert [r.name for r in records] == ["replica-0"]
-        assert "--kv-transfer-config" not in records[0].argv
-        rows = state.pair_status(tmp_path)
-        assert rows[0]["alive"] and rows[0]["healthy"]
-        url = rows[0]["url"]
-        text = words(600, seed=3)
-        chat(url, text)
-        again = chat(url, text)
-        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # local cache
-        assert counter(url, "vllm:external_prefix_cache_hits_total") == 0
-    finally:
-        lines = state.pair_down(tmp_path)
-    assert lines and all(line.endswith(("stopped", "killed")) for line in lines)
-    assert_all_gone(records)
-    assert state.pair_status(tmp_path) == []
-
-
+@pytest.mark.pair_starts(1)
 def test_replica_answers_chat_token_exact(pair: ManagedPair) -> None:
     text = words(300, seed=1)
     reply = chat(pair.urls[0], text, max_tokens=5)
@@ -214,6 +193,7 @@ def test_replica_answers_chat_token_exact(pair: ManagedPair) -> None:
     assert len(logprobs) == 5 and all(isinstance(e["logprob"], float) for e in logprobs)
 
 
+@pytest.mark.pair_starts(1)
 def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
     text = words(2000, seed=2)
     first, second = pair.urls
@@ -231,6 +211,7 @@ def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
     assert shared_logprob == pytest.approx(cold_logprob, abs=1e-4)
 
 
+@pytest.mark.pair_starts(1)
 def test_answers_depend_on_the_prompt(pair: ManagedPair) -> None:
     """The equivalence probe can fail: different prompts get different answers.
 
@@ -253,6 +234,7 @@ def test_answers_depend_on_the_prompt(pair: ManagedPair) -> None:
         assert answer(reply) == expected
 
 
+@pytest.mark.pair_starts(1)
 def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
     rows = pair.processes
     assert [r["role"] for r in rows] == ["lmcache", "replica", "replica"]
@@ -263,10 +245,16 @@ def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
     assert all("--kv-transfer-config" in r["argv"] for r in rows[1:])
     assert all(r["argv"][r["argv"].index("--dtype") + 1] == "float32" for r in rows[1:])
     assert all(r["env"]["HF_HUB_OFFLINE"] == "1" for r in rows)
+    # Each replica's compute threads on its own core(s), the same rule in both arms.
+    binds = [r["env"]["VLLM_CPU_OMP_THREADS_BIND"] for r in rows[1:]]
+    assert binds == [commands.cpu_binding(pair.spec, i) for i in range(2)]
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in rows[0]["env"]  # not LMCache's
+    assert pair.ready_s is not None and pair.ready_s > 0
 
 
+@pytest.mark.pair_starts(1)
 def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
-    """Runs last in this module: it stops the shared pair."""
+    """Runs after the other tests of the shared pair: it stops it."""
     victim = pair.records[2]
     os.kill(victim.pid, signal.SIGKILL)  # the API server only; its engine core lingers
     deadline = time.monotonic() + 10
@@ -279,3 +267,35 @@ def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
     assert set(outcome.values()) <= {"stopped", "killed"}
     assert_all_gone(records)
     assert all(net.port_is_free(rec.port) for rec in records)
+
+
+@pytest.mark.pair_starts(1)
+def test_pair_up_status_down_cache_off(
+    tmp_path: Path, tiny_dir: Path, startup: StartupClock
+) -> None:
+    """After the shared pair is stopped: at most one pair at a time."""
+    managed = {"replicas": 1, "startup_timeout_s": startup.timeout_s()}
+    raw = {
+        "name": "launch-test",
+        "model": {"name": MODEL},
+        "target": {"kind": "managed", "managed": managed},
+    }
+    scn = scenario_mod.from_dict(raw, source="launch-test.toml")
+    up = state.pair_up(scn, tmp_path, cache_on=False, tiny_model_dir=tiny_dir)
+    records = [ProcessRecord.from_dict(p) for p in up["processes"]]
+    try:
+        assert [r.name for r in records] == ["replica-0"]
+        assert "--kv-transfer-config" not in records[0].argv
+        rows = state.pair_status(tmp_path)
+        assert rows[0]["alive"] and rows[0]["healthy"]
+        url = rows[0]["url"]
+        text = words(600, seed=3)
+        chat(url, text)
+        again = chat(url, text)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # local cache
+        assert counter(url, "vllm:external_prefix_cache_hits_total") == 0
+    finally:
+        lines = state.pair_down(tmp_path)
+    assert lines and all(line.endswith(("stopped", "killed")) for line in lines)
+    assert_all_gone(records)
+    assert state.pair_status(tmp_path) == []

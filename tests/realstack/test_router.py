@@ -1,5 +1,6 @@
 """vllm-router in front of the REAL CPU pair: one managed block (one pair start) behind a
-round_robin router, the pool on.
+round_robin router, the pool on. Its timeout scales with the pair start-up measured in
+the session (conftest.py).
 
 What only the real stack can show: each vLLM replica names itself in its responses'
 ``system_fingerprint`` (``--fingerprint-mode custom``) through the router, the counters
@@ -19,6 +20,7 @@ import pytest
 from sessiongen import replay, scenario
 from sessiongen.infra import procs
 from sessiongen.launch import commands
+from tests.realstack.conftest import StartupClock
 from tests.support.paths import ROOT
 
 pytestmark = [
@@ -31,10 +33,13 @@ pytestmark = [
         importlib.util.find_spec("vllm_router") is None,
         reason="vllm-router is not installed (scripts/install-router.sh)",
     ),
+    pytest.mark.pair_starts(1),
 ]
 
 
-def test_round_robin_router_in_front_of_the_real_pair(tmp_path: Path) -> None:
+def test_round_robin_router_in_front_of_the_real_pair(
+    tmp_path: Path, startup: StartupClock
+) -> None:
     sc = scenario.load(
         ROOT / "scenarios/smoke-cpu.toml",
         [
@@ -42,6 +47,7 @@ def test_round_robin_router_in_front_of_the_real_pair(tmp_path: Path) -> None:
             'design.cache=["on"]',
             'design.blocks=["on"]',  # one block: one pair start
             "driver.concurrency=1",
+            *startup.overrides(),
         ],
     )
     out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False))

@@ -152,6 +152,40 @@ def test_env_overrides_and_gpu_slices(tmp_path: Path) -> None:
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
 
 
+def test_each_cpu_replica_gets_its_own_cores(tmp_path: Path) -> None:
+    """Both arms run the same compute configuration: one share of the cores per replica.
+
+    (vLLM's default "auto" binding gives a replica with the KV connector 2 threads over
+    both cores of a 2-core machine and one without it 1 thread, both OFF replicas on
+    core 0: the arms' cold turns differed 1.5-1.6x.)
+    """
+    pair = make_spec(tmp_path, replicas=2)
+
+    def bind(spec: ManagedSpec, replica: int | None, cores: list[int]) -> str | None:
+        env = commands.env_overrides(spec, replica, base_env={}, cores=cores)
+        return env.get("VLLM_CPU_OMP_THREADS_BIND")
+
+    assert [bind(pair, i, cores=[0, 1]) for i in range(2)] == ["0", "1"]
+    assert bind(pair, None, cores=[0, 1]) is None  # LMCache is not a replica
+    assert [bind(pair, i, cores=[4, 5, 6, 7]) for i in range(2)] == ["4,5", "6,7"]
+    three = make_spec(tmp_path, replicas=3)
+    assert [bind(three, i, cores=[0, 1]) for i in range(3)] == ["0", "1", "0"]  # round-robin
+    one = make_spec(tmp_path, replicas=1)
+    assert bind(one, 0, cores=[0, 1]) == "0,1"
+    listed = make_spec(tmp_path, replicas=2, cpu_cores=(3, 2))
+    assert [bind(listed, i, cores=[0, 1]) for i in range(2)] == ["3", "2"]
+    # The user's setting wins, from the scenario or from the environment.
+    mine = make_spec(tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "nobind"})
+    assert bind(mine, 1, cores=[0, 1]) == "nobind"
+    env = commands.env_overrides(pair, 1, base_env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env  # inherited from the environment as set
+    assert bind(make_spec(tmp_path, device="cuda"), 0, cores=[0, 1]) is None
+    dev = commands.env_overrides(pair, 0, base_env={}, dev_mode=True)
+    assert dev["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_SERVER_DEV_MODE" not in commands.env_overrides(pair, 0, base_env={})
+    assert commands.usable_cores() and all(c >= 0 for c in commands.usable_cores())
+
+
 def test_missing_stack_is_a_one_line_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(commands.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingDependencyError, match="vllm and lmcache not installed"):
