@@ -31,12 +31,24 @@ _POSITION = 0xD1B54A32D192ED03
 _U64 = np.uint64
 
 
+# As 0-d arrays: numpy combines those with an array faster than its own scalars.
+_SHIFTS = tuple(np.array(s, dtype=np.uint64) for s in (30, 27, 31))
+_MULTIPLIERS = tuple(np.array(m, dtype=np.uint64) for m in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
 def _mix(z: NDArray[Any]) -> NDArray[Any]:
-    """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits)."""
-    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-    out: NDArray[Any] = z ^ (z >> _U64(31))
-    return out
+    """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits).
+
+    In place: ``z`` must be a fresh array the caller owns. A session's turn hashes a
+    handful of blocks, where each numpy call's fixed cost is the whole cost, so the
+    constants are built once and no temporaries are kept.
+    """
+    z ^= z >> _SHIFTS[0]
+    z *= _MULTIPLIERS[0]
+    z ^= z >> _SHIFTS[1]
+    z *= _MULTIPLIERS[1]
+    z ^= z >> _SHIFTS[2]
+    return z
 
 
 @functools.cache
@@ -52,6 +64,13 @@ def _powers(base: int, count: int) -> NDArray[Any]:
     out = np.full(count, base, dtype=np.uint64)
     out[0] = 1
     return np.cumprod(out, dtype=np.uint64)
+
+
+@functools.cache
+def _positions(count: int) -> NDArray[Any]:
+    """The position terms ``(j + 1) * P`` mod 2^64 of blocks ``0 .. count-1``."""
+    out: NDArray[Any] = np.arange(1, count + 1, dtype=np.uint64) * _U64(_POSITION)
+    return out
 
 
 def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
@@ -149,28 +168,31 @@ class KeyChain:
         """
         new = np.asarray(ids, dtype=np.uint64)
         last = self._last
-        if last is not None and np.array_equal(last[0], new):
-            return last[1]
+        if last is not None:
+            seen = last[0]
+            if seen is new or (len(seen) == len(new) and bool((seen == new).all())):
+                return last[1]
         out = self._extend(new)
         self._last = (new, out)
         return out
 
     def _extend(self, new: NDArray[np.uint64]) -> KeyChain:
-        seq = np.concatenate([self._tail, new]) if len(self._tail) else new
+        seq = np.concatenate((self._tail, new)) if len(self._tail) else new
         size, done = self.block_tokens, self.blocks
         blocks = len(seq) // size
         if blocks == 0:
             return KeyChain(size, self._buf, done, self.tokens + len(new), self._scaled, seq)
-        with np.errstate(over="ignore"):
-            grid = seq[: blocks * size].reshape(blocks, size)
-            sums = (grid * _weights(size)).sum(axis=1, dtype=np.uint64)
-            positions = np.arange(done + 1, done + blocks + 1, dtype=np.uint64) * _U64(_POSITION)
-            digests = _mix(sums + positions)
-            # Powers are cached per length; prompts grow turn by turn, so round up.
-            length = 1 << (done + blocks - 1).bit_length()
-            inverse = _powers(_R_INV, length)[done : done + blocks]
-            scaled = self._scaled + np.cumsum(digests * inverse, dtype=np.uint64)
-            chain = _mix(scaled * _powers(_R, length)[done : done + blocks])
+        # Tables are cached per length; prompts grow turn by turn, so round up.
+        length = 1 << (done + blocks - 1).bit_length()
+        end = done + blocks
+        # uint64 arithmetic wraps modulo 2^64 (arrays never warn on overflow).
+        digests = seq[: blocks * size].reshape(blocks, size) @ _weights(size)
+        digests += _positions(length)[done:end]
+        _mix(digests)
+        digests *= _powers(_R_INV, length)[done:end]
+        scaled = np.add.accumulate(digests)
+        scaled += self._scaled
+        chain = _mix(scaled * _powers(_R, length)[done:end])
         buf, total = self._buf, done + blocks
         if buf.used != done or len(buf.array) < total:
             grown = _KeyBuffer(max(total + total // 2, 64))
@@ -179,7 +201,7 @@ class KeyChain:
         buf.array[done:total] = chain
         buf.used = total
         tail = seq[blocks * size :]
-        return KeyChain(size, buf, total, self.tokens + len(new), _U64(scaled[-1]), tail)
+        return KeyChain(size, buf, total, self.tokens + len(new), scaled[-1], tail)
 
 
 @dataclass(frozen=True)
