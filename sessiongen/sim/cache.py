@@ -13,12 +13,12 @@ free-block queue does); evicting a head block would orphan everything after it.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -242,7 +242,7 @@ class _LRUKeys:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[int, float] = OrderedDict()
+        self._keys: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -250,22 +250,21 @@ class _LRUKeys:
 
     def prefix_len(self, keys: Sequence[int], now: float = math.inf) -> int:
         """How many of ``keys``, from the first, are visible at ``now`` (no touch)."""
-        present = self._keys
-        for i, key in enumerate(keys):
-            visible_at = present.get(key)
-            if visible_at is None or visible_at > now:
-                return i
-        return len(keys)
+        seen = list(map(self._keys.get, keys))  # at C speed: a 128k prompt is 82 chunks
+        stored = cast("list[float]", seen[: seen.index(None)] if None in seen else seen)
+        if stored and max(stored) > now:
+            return next(i for i, visible_at in enumerate(stored) if visible_at > now)
+        return len(stored)
 
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
         """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
         entries = self._keys
-        get, last = entries.get, entries.move_to_end
-        for key in reversed(keys):
-            seen = get(key)
+        for key, seen in zip(keys, map(entries.get, keys), strict=True):
             if seen is None or seen > visible_at:
                 entries[key] = visible_at
-            last(key)
+        # The same order as touching each key in turn, at C speed (a 128k prompt is
+        # refreshed whole, 82 chunks, once per request).
+        collections.deque(map(entries.move_to_end, reversed(keys)), maxlen=0)
         excess = len(entries) - self.capacity
         if excess > 0:
             pop = entries.popitem

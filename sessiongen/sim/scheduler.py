@@ -370,14 +370,19 @@ class ReplicaScheduler:
         """The most further steps (at most ``extra``) whose new KV blocks fit."""
         kv = self.kv
         block, available = kv.block_tokens, kv.available_blocks
-        computed = np.fromiter((r.computed for r in decodes), np.int64, len(decodes))
-        held = np.fromiter(
-            (r.hold.logical if r.hold else 0 for r in decodes), np.int64, len(decodes)
-        )
+        # Plain lists: a running batch is a handful of requests (a 128k context fills
+        # a tenth of the KV cache), where numpy's fixed cost per call is the whole cost.
+        state = [(r.computed, r.hold.logical if r.hold else 0) for r in decodes]
+        grows = partial is not None and partial.hold is not None
 
         def needed(steps: int) -> int:
-            total = int(np.maximum(-(-(computed + steps) // block) - held, 0).sum())
-            if partial is not None and partial.hold is not None:
+            total = 0
+            for computed, held in state:
+                grow = -(-(computed + steps) // block) - held
+                if grow > 0:
+                    total += grow
+            if grows:
+                assert partial is not None and partial.hold is not None
                 grow = kv.blocks_for(partial.computed + steps * chunk) - partial.hold.logical
                 total += max(grow, 0)
             return total
@@ -432,12 +437,15 @@ class ReplicaScheduler:
         extra = step.count - 1
         if extra:  # every step of the run allocated before anybody's blocks are freed
             for req, n in step.work:
-                assert req.hold is not None
+                hold = req.hold
+                assert hold is not None
                 req.computed += extra * n
                 if req is not step.partial:
                     req.generated += extra
-                granted = kv.grow(req.hold, kv.blocks_for(req.computed) - req.hold.logical)
-                assert granted
+                need = -(-req.computed // block) - hold.logical
+                if need > 0:
+                    granted = kv.grow(hold, need)
+                    assert granted
         for req, _n in step.work:
             hold = req.hold
             if hold is None:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessiongen.sim.cache import KeyChain, PromptKeys, SharedPool, chain_keys, split_hit
+from sessiongen.sim.cache import (
+    KeyChain,
+    PromptKeys,
+    SharedPool,
+    _LRUKeys,
+    chain_keys,
+    split_hit,
+)
 
 
 def ids(*ranges: tuple[int, int]) -> np.ndarray:
@@ -106,3 +115,43 @@ def test_position_is_part_of_every_key() -> None:
     for block in (1, 2, 16):
         keys = chain_keys(zeros, block)
         assert len(set(keys)) == len(keys) == 64 // block
+
+
+class OneByOneLRU:
+    """The pool's LRU written key by key, as a reference for the bulk operations."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: OrderedDict[int, float] = OrderedDict()
+
+    def prefix_len(self, keys: list[int], now: float) -> int:
+        for i, key in enumerate(keys):
+            visible_at = self.keys.get(key)
+            if visible_at is None or visible_at > now:
+                return i
+        return len(keys)
+
+    def insert(self, keys: list[int], visible_at: float) -> None:
+        for key in reversed(keys):
+            seen = self.keys.get(key)
+            if seen is None or seen > visible_at:
+                self.keys[key] = visible_at
+            self.keys.move_to_end(key)
+        while len(self.keys) > self.capacity:
+            self.keys.popitem(last=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_pool_lru_keeps_the_order_and_times_of_touching_key_by_key(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lru, ref = _LRUKeys(12), OneByOneLRU(12)
+    for _ in range(60):
+        keys = rng.integers(0, 30, int(rng.integers(0, 10))).tolist()
+        at = float(rng.integers(0, 20))
+        if rng.integers(2):
+            lru.insert(keys, at)
+            ref.insert(keys, at)
+            assert list(lru._keys.items()) == list(ref.keys.items())
+        else:
+            assert lru.prefix_len(keys, at) == ref.prefix_len(keys, at)
