@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -249,19 +250,37 @@ class _LRUKeys:
         return len(self._keys)
 
     def prefix_len(self, keys: Sequence[int], now: float = math.inf) -> int:
-        """How many of ``keys``, from the first, are visible at ``now`` (no touch)."""
-        seen = list(map(self._keys.get, keys))  # at C speed: a 128k prompt is 82 chunks
-        stored = cast("list[float]", seen[: seen.index(None)] if None in seen else seen)
-        if stored and max(stored) > now:
-            return next(i for i, visible_at in enumerate(stored) if visible_at > now)
-        return len(stored)
+        """How many of ``keys``, from the first, are visible at ``now`` (no touch).
+
+        At C speed where it can (a 128k prompt is 82 chunks, looked up at every
+        admission): an absent key reads as never visible (``inf``), so the prefix ends
+        at the first ``inf`` unless a stored key before it is not visible yet.
+        """
+        if now == math.inf:  # no clock: ``inf`` cannot stand for absent keys
+            present = self._keys
+            return next((i for i, key in enumerate(keys) if key not in present), len(keys))
+        seen = list(map(self._keys.get, keys, itertools.repeat(math.inf)))
+        end = seen.index(math.inf) if math.inf in seen else len(seen)
+        if end and max(seen[:end]) > now:
+            return next(i for i, visible_at in enumerate(seen) if visible_at > now)
+        return end
 
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
-        """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
+        """Add or refresh ``keys`` (head most recent), then evict down to capacity.
+
+        A key already stored keeps the earlier of its two times; in bulk where it can,
+        like :meth:`prefix_len`.
+        """
         entries = self._keys
-        for key, seen in zip(keys, map(entries.get, keys), strict=True):
-            if seen is None or seen > visible_at:
-                entries[key] = visible_at
+        if visible_at == math.inf:
+            for key in keys:
+                entries.setdefault(key, visible_at)
+        else:
+            seen = list(map(entries.get, keys, itertools.repeat(math.inf)))
+            if seen and max(seen) > visible_at:  # some are absent or stored for later
+                for key, at in zip(keys, seen, strict=True):
+                    if at > visible_at:
+                        entries[key] = visible_at
         # The same order as touching each key in turn, at C speed (a 128k prompt is
         # refreshed whole, 82 chunks, once per request).
         collections.deque(map(entries.move_to_end, reversed(keys)), maxlen=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -148,7 +149,7 @@ def test_pool_lru_keeps_the_order_and_times_of_touching_key_by_key(seed: int) ->
     lru, ref = _LRUKeys(12), OneByOneLRU(12)
     for _ in range(60):
         keys = rng.integers(0, 30, int(rng.integers(0, 10))).tolist()
-        at = float(rng.integers(0, 20))
+        at = float(rng.integers(0, 20)) if rng.integers(8) else math.inf
         if rng.integers(2):
             lru.insert(keys, at)
             ref.insert(keys, at)
