@@ -211,8 +211,8 @@ class KVCache:
         if target <= hold.cached:
             return
         node = hold.last
-        pos = node.end
-        while pos < target:  # the same blocks computed by another request meanwhile
+        pos = node.start + len(node.keys)
+        while pos < target and node.children:  # the same blocks computed by another meanwhile
             child = node.children.get(int(keys[pos]))
             if child is None:
                 break

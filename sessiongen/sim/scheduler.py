@@ -208,25 +208,30 @@ class ReplicaScheduler:
 
     def schedule(self, now: float) -> Step | None:
         """Form the step that starts at ``now`` (None when there is nothing to do)."""
-        if self.idle:
+        if not self.running and not self.waiting:
             return None
         step = Step(now)
         p = self.profile
-        budget = self._schedule_running(step, p.max_num_batched_tokens)
+        budget = p.max_num_batched_tokens
+        if self.running:
+            budget = self._schedule_running(step, budget)
         overhead, load_done = 0.0, now
-        if not step.preempted:
+        if self.waiting and not step.preempted:
             overhead, load_done, budget = self._schedule_waiting(step, budget, now)
         prefill, seqs, context = 0.0, 0, 0
         prefills, prompt_done = 0, False
+        sampled = step.sampled
         for req, n in step.work:
+            computed = req.computed
             if req.prefilling:
-                prefill += prefill_s(p, n, req.computed)
+                prefill += prefill_s(p, n, computed)
                 prefills += 1
-            req.computed += n
-            if req.computed == req.prompt_tokens + req.generated:
+            computed += n
+            req.computed = computed
+            if computed == req.prompt_tokens + req.generated:
                 seqs += 1
-                context += req.computed
-                step.sampled.append(req)
+                context += computed
+                sampled.append(req)
                 prompt_done = prompt_done or req.prefilling
             elif req.prefilling:
                 step.partial = req
@@ -258,10 +263,11 @@ class ReplicaScheduler:
             req = running[i]
             hold = req.hold
             assert hold is not None
-            n = req.prompt_tokens + req.generated - req.computed
+            computed = req.computed
+            n = req.prompt_tokens + req.generated - computed
             if n > budget:
                 n = budget
-            need = -(-(req.computed + n) // block) - hold.logical
+            need = -(-(computed + n) // block) - hold.logical
             if need > 0:
                 while not kv.grow(hold, need):
                     victim = running.pop()
@@ -446,16 +452,18 @@ class ReplicaScheduler:
                 if need > 0:
                     granted = kv.grow(hold, need)
                     assert granted
+        end, store = step.end, pool.on
         for req, _n in step.work:
             hold = req.hold
             if hold is None:
                 continue  # aborted meanwhile
-            if req.computed // block > hold.cached:
-                kv.commit(hold, req.keys, req.computed // block)
-            if pool.on and req.pool_stored >= 0:
-                self._store_chunks(req, step.end)
+            full = req.computed // block
+            if full > hold.cached:
+                kv.commit(hold, req.keys, full)
+            if store and req.pool_stored >= 0:
+                self._store_chunks(req, end)
             if req.generated >= req.output_tokens:
-                req.finished_at = step.end
+                req.finished_at = end
                 kv.release(hold)
                 req.hold = None
                 step.finished.append(req)
