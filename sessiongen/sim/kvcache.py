@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -98,9 +98,12 @@ class KVHold:
         self.logical = 0  # blocks of the request's sequence it has (cached or not)
 
 
-@dataclass(frozen=True)
-class Match:
-    """A lookup's result: ``blocks`` cached blocks from the start of the sequence."""
+class Match(NamedTuple):
+    """A lookup's result: ``blocks`` cached blocks from the start of the sequence.
+
+    A named tuple, not a frozen dataclass: one per admission attempt, and a frozen
+    dataclass's ``__init__`` costs a ``object.__setattr__`` per field.
+    """
 
     node: _Node
     used: int  # blocks of ``node`` inside the match (all of them unless it ends inside)

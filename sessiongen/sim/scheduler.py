@@ -288,8 +288,9 @@ class ReplicaScheduler:
             req = self.waiting[0]
             limit = req.num_tokens - 1  # the last token is always computed
             match = kv.match(req.keys, limit // block)
-            pool_prefix = self.pool.lookup(req.pool_keys, limit, now)
-            local, external = split_hit(match.blocks * block, pool_prefix)
+            local = match.blocks * block
+            pool_prefix = self.pool.lookup(req.pool_keys, limit, now, beyond=local)
+            local, external = split_hit(local, pool_prefix)
             computed = local + external
             n = min(req.num_tokens - computed, budget)
             need = kv.blocks_for(computed + n) - match.blocks
