@@ -113,11 +113,25 @@ class KeyChain:
     sum ``cumsum(d_k R^-k)`` at the last whole block and the tokens past it are kept, so
     :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
     the answer, a new question) or a request's output costs what is new, not the whole
-    context again: the keys live in a buffer with spare room that the latest extension
-    appends to (a chain extended twice from the same point copies once).
+    context again: the keys live in a buffer with spare room that the first extension
+    hashed appends to (a chain extended twice from the same point copies once).
+
+    An extension is hashed when its keys are first read, and extending a chain nobody
+    has read yet hashes both pieces in one pass: a session's question, extended when
+    its answer ends, is hashed together with the next answer when that turn is
+    submitted (per piece, numpy's fixed costs are most of a turn's hashing).
     """
 
-    __slots__ = ("_buf", "_last", "_scaled", "_tail", "block_tokens", "blocks", "tokens")
+    __slots__ = (
+        "_blocks",
+        "_buf",
+        "_last",
+        "_pending",
+        "_scaled",
+        "_tail",
+        "block_tokens",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -130,17 +144,22 @@ class KeyChain:
     ) -> None:
         self.block_tokens = block_tokens
         self._buf = buf
-        self.blocks = blocks
+        self._blocks = blocks
         self.tokens = tokens
         self._scaled = scaled
         self._tail = tail
         self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
+        # A hashed chain and the tokens that follow it, until this chain is hashed.
+        self._pending: tuple[KeyChain, NDArray[np.uint64]] | None = None
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int) -> KeyChain:
-        """The keys of ``ids`` (any integer sequence)."""
+        """The keys of ``ids`` (any integer sequence), hashed now (the served simulator
+        hashes in a worker thread, not on its event loop)."""
         empty = np.zeros(0, dtype=np.uint64)
-        return cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+        chain = cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+        chain._hash()
+        return chain
 
     @classmethod
     def unique(cls, tokens: int, block_tokens: int, seed: int) -> KeyChain:
@@ -162,9 +181,16 @@ class KeyChain:
         return cls(block_tokens, buf, blocks, tokens, scaled, tail)
 
     @property
+    def blocks(self) -> int:
+        """How many whole blocks (keys) the sequence has."""
+        return self.tokens // self.block_tokens
+
+    @property
     def keys(self) -> NDArray[np.uint64]:
         """The keys (a read-only view; later extensions never change it)."""
-        view: NDArray[np.uint64] = self._buf.array[: self.blocks]
+        if self._pending is not None:
+            self._hash()
+        view: NDArray[np.uint64] = self._buf.array[: self._blocks]
         return view
 
     def extend(self, ids: Any) -> KeyChain:
@@ -179,16 +205,28 @@ class KeyChain:
             seen = last[0]
             if seen is new or (len(seen) == len(new) and bool((seen == new).all())):
                 return last[1]
-        out = self._extend(new)
+        out = KeyChain.__new__(KeyChain)
+        out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + len(new), None
+        pending = self._pending
+        if pending is None:
+            out._pending = (self, new)
+        else:  # not hashed yet either: hash both pieces at once
+            base, before = pending
+            out._pending = (base, np.concatenate((before, new)))
         self._last = (new, out)
         return out
 
-    def _extend(self, new: NDArray[np.uint64]) -> KeyChain:
-        seq = np.concatenate((self._tail, new)) if len(self._tail) else new
-        size, done = self.block_tokens, self.blocks
+    def _hash(self) -> None:
+        """Hash the pending tokens onto the (hashed) chain they follow."""
+        assert self._pending is not None
+        base, new = self._pending
+        seq = np.concatenate((base._tail, new)) if len(base._tail) else new
+        size, done = self.block_tokens, base._blocks
         blocks = len(seq) // size
+        self._pending = None
         if blocks == 0:
-            return KeyChain(size, self._buf, done, self.tokens + len(new), self._scaled, seq)
+            self._buf, self._blocks, self._scaled, self._tail = base._buf, done, base._scaled, seq
+            return
         # Tables are cached per length; prompts grow turn by turn, so round up.
         length = 1 << (done + blocks - 1).bit_length()
         end = done + blocks
@@ -198,17 +236,21 @@ class KeyChain:
         _mix(digests)
         digests *= _powers(_R_INV, length)[done:end]
         scaled = np.add.accumulate(digests)
-        scaled += self._scaled
+        scaled += base._scaled
         chain = _mix(scaled * _powers(_R, length)[done:end])
-        buf, total = self._buf, done + blocks
-        if buf.used != done or len(buf.array) < total:
-            grown = _KeyBuffer(total)
+        buf = base._buf
+        if buf.used != done or len(buf.array) < end:
+            grown = _KeyBuffer(end)
             grown.array[:done] = buf.array[:done]
             buf = grown
-        buf.array[done:total] = chain
-        buf.used = total
-        tail = seq[blocks * size :]
-        return KeyChain(size, buf, total, self.tokens + len(new), scaled[-1], tail)
+        buf.array[done:end] = chain
+        buf.used = end
+        self._buf, self._blocks, self._scaled, self._tail = (
+            buf,
+            end,
+            scaled[-1],
+            seq[blocks * size :],
+        )
 
 
 @dataclass(frozen=True)

@@ -220,10 +220,10 @@ class ReplicaScheduler:
             overhead, load_done, budget = self._schedule_waiting(step, budget, now)
         prefill, seqs, context = 0.0, 0, 0
         prefills, prompt_done = 0, False
-        sampled = step.sampled
+        sampled, first = step.sampled, []
         for req, n in step.work:
-            computed = req.computed
-            if req.prefilling:
+            computed, prefilling = req.computed, req.prefilling
+            if prefilling:
                 prefill += prefill_s(p, n, computed)
                 prefills += 1
             computed += n
@@ -232,8 +232,13 @@ class ReplicaScheduler:
                 seqs += 1
                 context += computed
                 sampled.append(req)
-                prompt_done = prompt_done or req.prefilling
-            elif req.prefilling:
+                req.generated += 1
+                if prefilling:
+                    prompt_done = True
+                    req.prefilling = False
+                    if req.first_token_at is None:
+                        first.append(req)
+            elif prefilling:
                 step.partial = req
         step.steady = not step.admitted and not step.preempted and not prompt_done and prefills <= 1
         step.open = (
@@ -247,11 +252,8 @@ class ReplicaScheduler:
         step.parts = (overhead, load, prefill, decode)
         step.duration = overhead + load + prefill + decode
         step.end = now + step.duration
-        for req in step.sampled:
-            req.generated += 1
-            req.prefilling = False
-            if req.first_token_at is None:
-                req.first_token_at = step.end
+        for req in first:
+            req.first_token_at = step.end
         self.steps += 1
         return step
 

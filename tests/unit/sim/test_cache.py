@@ -81,6 +81,32 @@ def test_extending_a_key_chain_gives_the_keys_of_the_whole_sequence(
     assert chain.keys.tolist() == chain_keys(x, block) and chain.tokens == len(x)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_chains_branched_and_read_in_any_order_have_the_keys_of_their_tokens(
+    seed: int, block: int
+) -> None:
+    """Extensions are hashed when first read, several at once, into shared buffers:
+    whatever the order of extending, branching and reading, keys are those of the
+    tokens."""
+    rng = np.random.default_rng(seed)
+    first = rng.integers(0, 1000, int(rng.integers(0, 60)))
+    chains: list[KeyChain] = [KeyChain.of(first, block)]
+    seqs: list[np.ndarray] = [first]
+    for _ in range(12):
+        if rng.integers(3):  # extend some chain (often one nobody has read)
+            i = int(rng.integers(len(chains)))
+            piece = rng.integers(0, 1000, int(rng.integers(0, 50)))
+            chains.append(chains[i].extend(piece))
+            seqs.append(np.concatenate([seqs[i], piece]))
+        else:  # read one
+            i = int(rng.integers(len(chains)))
+            assert chains[i].keys.tolist() == chain_keys(seqs[i], block)
+    for i in rng.permutation(len(chains)):
+        assert chains[i].keys.tolist() == chain_keys(seqs[i], block)
+        assert chains[i].tokens == len(seqs[i]) and chains[i].blocks == len(seqs[i]) // block
+
+
 def test_prompt_keys_extend_both_granularities() -> None:
     head, tail = ids((0, 3000)), ids((9000, 9700))
     whole = PromptKeys.of(np.concatenate([head, tail]), 16, 1568)
