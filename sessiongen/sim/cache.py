@@ -149,8 +149,13 @@ class KeyChain:
         self._scaled = scaled
         self._tail = tail
         self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
-        # A hashed chain and the tokens that follow it, until this chain is hashed.
-        self._pending: tuple[KeyChain, NDArray[np.uint64]] | None = None
+        # Until this chain is hashed: the hashed chain it extends (its buffer, blocks,
+        # running sum and tail; not the chain itself, whose ``_last`` names this one:
+        # a reference cycle would keep every session's keys until a full collection)
+        # and the tokens that follow it.
+        self._pending: (
+            tuple[_KeyBuffer, int, np.uint64, NDArray[np.uint64], NDArray[np.uint64]] | None
+        ) = None
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int) -> KeyChain:
@@ -209,23 +214,23 @@ class KeyChain:
         out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + len(new), None
         pending = self._pending
         if pending is None:
-            out._pending = (self, new)
+            out._pending = (self._buf, self._blocks, self._scaled, self._tail, new)
         else:  # not hashed yet either: hash both pieces at once
-            base, before = pending
-            out._pending = (base, np.concatenate((before, new)))
+            buf, blocks, scaled, tail, before = pending
+            out._pending = (buf, blocks, scaled, tail, np.concatenate((before, new)))
         self._last = (new, out)
         return out
 
     def _hash(self) -> None:
-        """Hash the pending tokens onto the (hashed) chain they follow."""
+        """Hash the pending tokens onto the hashed chain they follow."""
         assert self._pending is not None
-        base, new = self._pending
-        seq = np.concatenate((base._tail, new)) if len(base._tail) else new
-        size, done = self.block_tokens, base._blocks
+        buf, done, base_scaled, base_tail, new = self._pending
+        seq = np.concatenate((base_tail, new)) if len(base_tail) else new
+        size = self.block_tokens
         blocks = len(seq) // size
         self._pending = None
         if blocks == 0:
-            self._buf, self._blocks, self._scaled, self._tail = base._buf, done, base._scaled, seq
+            self._buf, self._blocks, self._scaled, self._tail = buf, done, base_scaled, seq
             return
         # Tables are cached per length; prompts grow turn by turn, so round up.
         length = 1 << (done + blocks - 1).bit_length()
@@ -236,9 +241,8 @@ class KeyChain:
         _mix(digests)
         digests *= _powers(_R_INV, length)[done:end]
         scaled = np.add.accumulate(digests)
-        scaled += base._scaled
+        scaled += base_scaled
         chain = _mix(scaled * _powers(_R, length)[done:end])
-        buf = base._buf
         if buf.used != done or len(buf.array) < end:
             grown = _KeyBuffer(end)
             grown.array[:done] = buf.array[:done]
