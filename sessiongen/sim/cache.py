@@ -13,9 +13,10 @@ free-block queue does); evicting a head block would orphan everything after it.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,12 +32,24 @@ _POSITION = 0xD1B54A32D192ED03
 _U64 = np.uint64
 
 
+# As 0-d arrays: numpy combines those with an array faster than its own scalars.
+_SHIFTS = tuple(np.array(s, dtype=np.uint64) for s in (30, 27, 31))
+_MULTIPLIERS = tuple(np.array(m, dtype=np.uint64) for m in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
 def _mix(z: NDArray[Any]) -> NDArray[Any]:
-    """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits)."""
-    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-    out: NDArray[Any] = z ^ (z >> _U64(31))
-    return out
+    """splitmix64's finaliser, elementwise on uint64 (a bijection that scrambles bits).
+
+    In place: ``z`` must be a fresh array the caller owns. A session's turn hashes a
+    handful of blocks, where each numpy call's fixed cost is the whole cost, so the
+    constants are built once and no temporaries are kept.
+    """
+    z ^= z >> _SHIFTS[0]
+    z *= _MULTIPLIERS[0]
+    z ^= z >> _SHIFTS[1]
+    z *= _MULTIPLIERS[1]
+    z ^= z >> _SHIFTS[2]
+    return z
 
 
 @functools.cache
@@ -52,6 +65,13 @@ def _powers(base: int, count: int) -> NDArray[Any]:
     out = np.full(count, base, dtype=np.uint64)
     out[0] = 1
     return np.cumprod(out, dtype=np.uint64)
+
+
+@functools.cache
+def _positions(count: int) -> NDArray[Any]:
+    """The position terms ``(j + 1) * P`` mod 2^64 of blocks ``0 .. count-1``."""
+    out: NDArray[Any] = np.arange(1, count + 1, dtype=np.uint64) * _U64(_POSITION)
+    return out
 
 
 def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
@@ -71,12 +91,18 @@ def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
 
 
 class _KeyBuffer:
-    """Key storage with room to grow, shared by a chain and its extensions."""
+    """Key storage with room to grow, shared by a chain and its extensions.
+
+    Only ``array[:used]`` is ever read. The room is an eighth: every session that
+    starts from a shared 128k document copies the document's 8,000 keys into a
+    buffer of its own, and then grows by a few keys a turn; fresh, smaller, unfilled
+    buffers halve that copy's cost.
+    """
 
     __slots__ = ("array", "used")
 
-    def __init__(self, capacity: int) -> None:
-        self.array = np.zeros(capacity, dtype=np.uint64)
+    def __init__(self, keys: int) -> None:
+        self.array = np.empty(keys + max(keys // 8, 64), dtype=np.uint64)
         self.used = 0
 
 
@@ -87,11 +113,25 @@ class KeyChain:
     sum ``cumsum(d_k R^-k)`` at the last whole block and the tokens past it are kept, so
     :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
     the answer, a new question) or a request's output costs what is new, not the whole
-    context again: the keys live in a buffer with spare room that the latest extension
-    appends to (a chain extended twice from the same point copies once).
+    context again: the keys live in a buffer with spare room that the first extension
+    hashed appends to (a chain extended twice from the same point copies once).
+
+    An extension is hashed when its keys are first read, and extending a chain nobody
+    has read yet hashes both pieces in one pass: a session's question, extended when
+    its answer ends, is hashed together with the next answer when that turn is
+    submitted (per piece, numpy's fixed costs are most of a turn's hashing).
     """
 
-    __slots__ = ("_buf", "_last", "_scaled", "_tail", "block_tokens", "blocks", "tokens")
+    __slots__ = (
+        "_blocks",
+        "_buf",
+        "_last",
+        "_pending",
+        "_scaled",
+        "_tail",
+        "block_tokens",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -104,17 +144,27 @@ class KeyChain:
     ) -> None:
         self.block_tokens = block_tokens
         self._buf = buf
-        self.blocks = blocks
+        self._blocks = blocks
         self.tokens = tokens
         self._scaled = scaled
         self._tail = tail
         self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
+        # Until this chain is hashed: the hashed chain it extends (its buffer, blocks,
+        # running sum and tail; not the chain itself, whose ``_last`` names this one:
+        # a reference cycle would keep every session's keys until a full collection)
+        # and the tokens that follow it.
+        self._pending: (
+            tuple[_KeyBuffer, int, np.uint64, NDArray[np.uint64], NDArray[np.uint64]] | None
+        ) = None
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int) -> KeyChain:
-        """The keys of ``ids`` (any integer sequence)."""
+        """The keys of ``ids`` (any integer sequence), hashed now (the served simulator
+        hashes in a worker thread, not on its event loop)."""
         empty = np.zeros(0, dtype=np.uint64)
-        return cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+        chain = cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+        chain._hash()
+        return chain
 
     @classmethod
     def unique(cls, tokens: int, block_tokens: int, seed: int) -> KeyChain:
@@ -128,7 +178,7 @@ class KeyChain:
         """
         rng = np.random.default_rng([seed, block_tokens])
         blocks = tokens // block_tokens
-        buf = _KeyBuffer(max(blocks + blocks // 2, 64))
+        buf = _KeyBuffer(blocks)
         buf.array[:blocks] = rng.integers(0, 2**64, blocks, dtype=np.uint64, endpoint=False)
         buf.used = blocks
         scaled = _U64(rng.integers(0, 2**64, dtype=np.uint64, endpoint=False))
@@ -136,9 +186,16 @@ class KeyChain:
         return cls(block_tokens, buf, blocks, tokens, scaled, tail)
 
     @property
+    def blocks(self) -> int:
+        """How many whole blocks (keys) the sequence has."""
+        return self.tokens // self.block_tokens
+
+    @property
     def keys(self) -> NDArray[np.uint64]:
         """The keys (a read-only view; later extensions never change it)."""
-        view: NDArray[np.uint64] = self._buf.array[: self.blocks]
+        if self._pending is not None:
+            self._hash()
+        view: NDArray[np.uint64] = self._buf.array[: self._blocks]
         return view
 
     def extend(self, ids: Any) -> KeyChain:
@@ -149,37 +206,55 @@ class KeyChain:
         """
         new = np.asarray(ids, dtype=np.uint64)
         last = self._last
-        if last is not None and np.array_equal(last[0], new):
-            return last[1]
-        out = self._extend(new)
+        if last is not None:
+            seen = last[0]
+            if seen is new or (len(seen) == len(new) and bool((seen == new).all())):
+                return last[1]
+        out = KeyChain.__new__(KeyChain)
+        out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + len(new), None
+        pending = self._pending
+        if pending is None:
+            out._pending = (self._buf, self._blocks, self._scaled, self._tail, new)
+        else:  # not hashed yet either: hash both pieces at once
+            buf, blocks, scaled, tail, before = pending
+            out._pending = (buf, blocks, scaled, tail, np.concatenate((before, new)))
         self._last = (new, out)
         return out
 
-    def _extend(self, new: NDArray[np.uint64]) -> KeyChain:
-        seq = np.concatenate([self._tail, new]) if len(self._tail) else new
-        size, done = self.block_tokens, self.blocks
+    def _hash(self) -> None:
+        """Hash the pending tokens onto the hashed chain they follow."""
+        assert self._pending is not None
+        buf, done, base_scaled, base_tail, new = self._pending
+        seq = np.concatenate((base_tail, new)) if len(base_tail) else new
+        size = self.block_tokens
         blocks = len(seq) // size
+        self._pending = None
         if blocks == 0:
-            return KeyChain(size, self._buf, done, self.tokens + len(new), self._scaled, seq)
-        with np.errstate(over="ignore"):
-            grid = seq[: blocks * size].reshape(blocks, size)
-            sums = (grid * _weights(size)).sum(axis=1, dtype=np.uint64)
-            positions = np.arange(done + 1, done + blocks + 1, dtype=np.uint64) * _U64(_POSITION)
-            digests = _mix(sums + positions)
-            # Powers are cached per length; prompts grow turn by turn, so round up.
-            length = 1 << (done + blocks - 1).bit_length()
-            inverse = _powers(_R_INV, length)[done : done + blocks]
-            scaled = self._scaled + np.cumsum(digests * inverse, dtype=np.uint64)
-            chain = _mix(scaled * _powers(_R, length)[done : done + blocks])
-        buf, total = self._buf, done + blocks
-        if buf.used != done or len(buf.array) < total:
-            grown = _KeyBuffer(max(total + total // 2, 64))
+            self._buf, self._blocks, self._scaled, self._tail = buf, done, base_scaled, seq
+            return
+        # Tables are cached per length; prompts grow turn by turn, so round up.
+        length = 1 << (done + blocks - 1).bit_length()
+        end = done + blocks
+        # uint64 arithmetic wraps modulo 2^64 (arrays never warn on overflow).
+        digests = seq[: blocks * size].reshape(blocks, size) @ _weights(size)
+        digests += _positions(length)[done:end]
+        _mix(digests)
+        digests *= _powers(_R_INV, length)[done:end]
+        scaled = np.add.accumulate(digests)
+        scaled += base_scaled
+        chain = _mix(scaled * _powers(_R, length)[done:end])
+        if buf.used != done or len(buf.array) < end:
+            grown = _KeyBuffer(end)
             grown.array[:done] = buf.array[:done]
             buf = grown
-        buf.array[done:total] = chain
-        buf.used = total
-        tail = seq[blocks * size :]
-        return KeyChain(size, buf, total, self.tokens + len(new), _U64(scaled[-1]), tail)
+        buf.array[done:end] = chain
+        buf.used = end
+        self._buf, self._blocks, self._scaled, self._tail = (
+            buf,
+            end,
+            scaled[-1],
+            seq[blocks * size :],
+        )
 
 
 @dataclass(frozen=True)
@@ -220,30 +295,47 @@ class _LRUKeys:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[int, float] = OrderedDict()
+        self._keys: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def prefix_len(self, keys: Sequence[int], now: float = math.inf) -> int:
-        """How many of ``keys``, from the first, are visible at ``now`` (no touch)."""
-        present = self._keys
-        for i, key in enumerate(keys):
-            visible_at = present.get(key)
-            if visible_at is None or visible_at > now:
-                return i
-        return len(keys)
+        """How many of ``keys``, from the first, are visible at ``now`` (no touch).
+
+        At C speed where it can (a 128k prompt is 82 chunks, looked up at every
+        admission): an absent key reads as never visible (``inf``), so the prefix ends
+        at the first ``inf`` unless a stored key before it is not visible yet.
+        """
+        if now == math.inf:  # no clock: ``inf`` cannot stand for absent keys
+            present = self._keys
+            return next((i for i, key in enumerate(keys) if key not in present), len(keys))
+        seen = list(map(self._keys.get, keys, itertools.repeat(math.inf)))
+        end = seen.index(math.inf) if math.inf in seen else len(seen)
+        if end and max(seen[:end]) > now:
+            return next(i for i, visible_at in enumerate(seen) if visible_at > now)
+        return end
 
     def insert(self, keys: Sequence[int], visible_at: float = -math.inf) -> None:
-        """Add or refresh ``keys`` (head most recent), then evict down to capacity."""
+        """Add or refresh ``keys`` (head most recent), then evict down to capacity.
+
+        A key already stored keeps the earlier of its two times; in bulk where it can,
+        like :meth:`prefix_len`.
+        """
         entries = self._keys
-        get, last = entries.get, entries.move_to_end
-        for key in reversed(keys):
-            seen = get(key)
-            if seen is None or seen > visible_at:
-                entries[key] = visible_at
-            last(key)
+        if visible_at == math.inf:
+            for key in keys:
+                entries.setdefault(key, visible_at)
+        else:
+            seen = list(map(entries.get, keys, itertools.repeat(math.inf)))
+            if seen and max(seen) > visible_at:  # some are absent or stored for later
+                for key, at in zip(keys, seen, strict=True):
+                    if at > visible_at:
+                        entries[key] = visible_at
+        # The same order as touching each key in turn, at C speed (a 128k prompt is
+        # refreshed whole, 82 chunks, once per request).
+        collections.deque(map(entries.move_to_end, reversed(keys)), maxlen=0)
         excess = len(entries) - self.capacity
         if excess > 0:
             pop = entries.popitem

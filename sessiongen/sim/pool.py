@@ -39,9 +39,17 @@ class Pool:
         self.loads = 0
         self.link_wait_s = 0.0  # total time loads waited for the link (modeled)
 
-    def lookup(self, keys: Sequence[int], limit_tokens: int, now: float) -> int:
-        """Tokens of the longest chunk-aligned prefix stored by ``now`` (0 when off)."""
-        return self.cache.lookup(keys, limit_tokens, now) if self.on else 0
+    def lookup(self, keys: Sequence[int], limit_tokens: int, now: float, beyond: int = 0) -> int:
+        """Tokens of the longest chunk-aligned prefix stored by ``now`` (0 when off).
+
+        Also 0 when no such prefix can be longer than ``beyond`` tokens (a local hit
+        that covers every whole chunk up to the limit): a lookup touches nothing, so
+        skipping it changes nothing, and the replica's own cache usually covers
+        all but a session's new question.
+        """
+        if not self.on or limit_tokens // self.chunk_tokens * self.chunk_tokens <= beyond:
+            return 0
+        return self.cache.lookup(keys, limit_tokens, now)
 
     def load(self, now: float, tokens: int) -> float:
         """Start loading ``tokens`` tokens at ``now``; returns when the load completes."""

@@ -208,27 +208,37 @@ class ReplicaScheduler:
 
     def schedule(self, now: float) -> Step | None:
         """Form the step that starts at ``now`` (None when there is nothing to do)."""
-        if self.idle:
+        if not self.running and not self.waiting:
             return None
         step = Step(now)
         p = self.profile
-        budget = self._schedule_running(step, p.max_num_batched_tokens)
+        budget = p.max_num_batched_tokens
+        if self.running:
+            budget = self._schedule_running(step, budget)
         overhead, load_done = 0.0, now
-        if not step.preempted:
+        if self.waiting and not step.preempted:
             overhead, load_done, budget = self._schedule_waiting(step, budget, now)
         prefill, seqs, context = 0.0, 0, 0
         prefills, prompt_done = 0, False
+        sampled, first = step.sampled, []
         for req, n in step.work:
-            if req.prefilling:
-                prefill += prefill_s(p, n, req.computed)
+            computed, prefilling = req.computed, req.prefilling
+            if prefilling:
+                prefill += prefill_s(p, n, computed)
                 prefills += 1
-            req.computed += n
-            if req.computed == req.prompt_tokens + req.generated:
+            computed += n
+            req.computed = computed
+            if computed == req.prompt_tokens + req.generated:
                 seqs += 1
-                context += req.computed
-                step.sampled.append(req)
-                prompt_done = prompt_done or req.prefilling
-            elif req.prefilling:
+                context += computed
+                sampled.append(req)
+                req.generated += 1
+                if prefilling:
+                    prompt_done = True
+                    req.prefilling = False
+                    if req.first_token_at is None:
+                        first.append(req)
+            elif prefilling:
                 step.partial = req
         step.steady = not step.admitted and not step.preempted and not prompt_done and prefills <= 1
         step.open = (
@@ -242,11 +252,8 @@ class ReplicaScheduler:
         step.parts = (overhead, load, prefill, decode)
         step.duration = overhead + load + prefill + decode
         step.end = now + step.duration
-        for req in step.sampled:
-            req.generated += 1
-            req.prefilling = False
-            if req.first_token_at is None:
-                req.first_token_at = step.end
+        for req in first:
+            req.first_token_at = step.end
         self.steps += 1
         return step
 
@@ -258,10 +265,11 @@ class ReplicaScheduler:
             req = running[i]
             hold = req.hold
             assert hold is not None
-            n = req.prompt_tokens + req.generated - req.computed
+            computed = req.computed
+            n = req.prompt_tokens + req.generated - computed
             if n > budget:
                 n = budget
-            need = -(-(req.computed + n) // block) - hold.logical
+            need = -(-(computed + n) // block) - hold.logical
             if need > 0:
                 while not kv.grow(hold, need):
                     victim = running.pop()
@@ -282,8 +290,9 @@ class ReplicaScheduler:
             req = self.waiting[0]
             limit = req.num_tokens - 1  # the last token is always computed
             match = kv.match(req.keys, limit // block)
-            pool_prefix = self.pool.lookup(req.pool_keys, limit, now)
-            local, external = split_hit(match.blocks * block, pool_prefix)
+            local = match.blocks * block
+            pool_prefix = self.pool.lookup(req.pool_keys, limit, now, beyond=local)
+            local, external = split_hit(local, pool_prefix)
             computed = local + external
             n = min(req.num_tokens - computed, budget)
             need = kv.blocks_for(computed + n) - match.blocks
@@ -370,14 +379,19 @@ class ReplicaScheduler:
         """The most further steps (at most ``extra``) whose new KV blocks fit."""
         kv = self.kv
         block, available = kv.block_tokens, kv.available_blocks
-        computed = np.fromiter((r.computed for r in decodes), np.int64, len(decodes))
-        held = np.fromiter(
-            (r.hold.logical if r.hold else 0 for r in decodes), np.int64, len(decodes)
-        )
+        # Plain lists: a running batch is a handful of requests (a 128k context fills
+        # a tenth of the KV cache), where numpy's fixed cost per call is the whole cost.
+        state = [(r.computed, r.hold.logical if r.hold else 0) for r in decodes]
+        grows = partial is not None and partial.hold is not None
 
         def needed(steps: int) -> int:
-            total = int(np.maximum(-(-(computed + steps) // block) - held, 0).sum())
-            if partial is not None and partial.hold is not None:
+            total = 0
+            for computed, held in state:
+                grow = -(-(computed + steps) // block) - held
+                if grow > 0:
+                    total += grow
+            if grows:
+                assert partial is not None and partial.hold is not None
                 grow = kv.blocks_for(partial.computed + steps * chunk) - partial.hold.logical
                 total += max(grow, 0)
             return total
@@ -432,22 +446,27 @@ class ReplicaScheduler:
         extra = step.count - 1
         if extra:  # every step of the run allocated before anybody's blocks are freed
             for req, n in step.work:
-                assert req.hold is not None
+                hold = req.hold
+                assert hold is not None
                 req.computed += extra * n
                 if req is not step.partial:
                     req.generated += extra
-                granted = kv.grow(req.hold, kv.blocks_for(req.computed) - req.hold.logical)
-                assert granted
+                need = -(-req.computed // block) - hold.logical
+                if need > 0:
+                    granted = kv.grow(hold, need)
+                    assert granted
+        end, store = step.end, pool.on
         for req, _n in step.work:
             hold = req.hold
             if hold is None:
                 continue  # aborted meanwhile
-            if req.computed // block > hold.cached:
-                kv.commit(hold, req.keys, req.computed // block)
-            if pool.on and req.pool_stored >= 0:
-                self._store_chunks(req, step.end)
+            full = req.computed // block
+            if full > hold.cached:
+                kv.commit(hold, req.keys, full)
+            if store and req.pool_stored >= 0:
+                self._store_chunks(req, end)
             if req.generated >= req.output_tokens:
-                req.finished_at = step.end
+                req.finished_at = end
                 kv.release(hold)
                 req.hold = None
                 step.finished.append(req)

@@ -14,7 +14,8 @@ the next, so modeled hours take wall seconds. It is what the capacity planner ru
 it may :meth:`~VirtualDriver.submit` the session's next turn (at or after that end, think
 time included). Prompts are token ids or, for speed, :class:`~sessiongen.sim.cache.PromptKeys`
 extended turn by turn (the previous prompt, its answer, the new question), which hashes
-only the new tokens. With ``output_ids`` the answer's full KV blocks are cached under
+only the new tokens (the question together with the next turn's answer, when that turn
+is submitted). With ``output_ids`` the answer's full KV blocks are cached under
 their keys, so a next turn that contains the answer reuses them on the same replica.
 
 Decode-only stretches are collapsed (``collapse=True``): a run of identical decode steps

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
+
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessiongen.sim.cache import KeyChain, PromptKeys, SharedPool, chain_keys, split_hit
+from sessiongen.sim.cache import (
+    KeyChain,
+    PromptKeys,
+    SharedPool,
+    _LRUKeys,
+    chain_keys,
+    split_hit,
+)
 
 
 def ids(*ranges: tuple[int, int]) -> np.ndarray:
@@ -71,6 +81,32 @@ def test_extending_a_key_chain_gives_the_keys_of_the_whole_sequence(
     assert chain.keys.tolist() == chain_keys(x, block) and chain.tokens == len(x)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_chains_branched_and_read_in_any_order_have_the_keys_of_their_tokens(
+    seed: int, block: int
+) -> None:
+    """Extensions are hashed when first read, several at once, into shared buffers:
+    whatever the order of extending, branching and reading, keys are those of the
+    tokens."""
+    rng = np.random.default_rng(seed)
+    first = rng.integers(0, 1000, int(rng.integers(0, 60)))
+    chains: list[KeyChain] = [KeyChain.of(first, block)]
+    seqs: list[np.ndarray] = [first]
+    for _ in range(12):
+        if rng.integers(3):  # extend some chain (often one nobody has read)
+            i = int(rng.integers(len(chains)))
+            piece = rng.integers(0, 1000, int(rng.integers(0, 50)))
+            chains.append(chains[i].extend(piece))
+            seqs.append(np.concatenate([seqs[i], piece]))
+        else:  # read one
+            i = int(rng.integers(len(chains)))
+            assert chains[i].keys.tolist() == chain_keys(seqs[i], block)
+    for i in rng.permutation(len(chains)):
+        assert chains[i].keys.tolist() == chain_keys(seqs[i], block)
+        assert chains[i].tokens == len(seqs[i]) and chains[i].blocks == len(seqs[i]) // block
+
+
 def test_prompt_keys_extend_both_granularities() -> None:
     head, tail = ids((0, 3000)), ids((9000, 9700))
     whole = PromptKeys.of(np.concatenate([head, tail]), 16, 1568)
@@ -106,3 +142,43 @@ def test_position_is_part_of_every_key() -> None:
     for block in (1, 2, 16):
         keys = chain_keys(zeros, block)
         assert len(set(keys)) == len(keys) == 64 // block
+
+
+class OneByOneLRU:
+    """The pool's LRU written key by key, as a reference for the bulk operations."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: OrderedDict[int, float] = OrderedDict()
+
+    def prefix_len(self, keys: list[int], now: float) -> int:
+        for i, key in enumerate(keys):
+            visible_at = self.keys.get(key)
+            if visible_at is None or visible_at > now:
+                return i
+        return len(keys)
+
+    def insert(self, keys: list[int], visible_at: float) -> None:
+        for key in reversed(keys):
+            seen = self.keys.get(key)
+            if seen is None or seen > visible_at:
+                self.keys[key] = visible_at
+            self.keys.move_to_end(key)
+        while len(self.keys) > self.capacity:
+            self.keys.popitem(last=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_pool_lru_keeps_the_order_and_times_of_touching_key_by_key(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lru, ref = _LRUKeys(12), OneByOneLRU(12)
+    for _ in range(60):
+        keys = rng.integers(0, 30, int(rng.integers(0, 10))).tolist()
+        at = float(rng.integers(0, 20)) if rng.integers(8) else math.inf
+        if rng.integers(2):
+            lru.insert(keys, at)
+            ref.insert(keys, at)
+            assert list(lru._keys.items()) == list(ref.keys.items())
+        else:
+            assert lru.prefix_len(keys, at) == ref.prefix_len(keys, at)
