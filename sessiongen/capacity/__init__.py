@@ -2,6 +2,8 @@
 
 - :mod:`.fit`: ``sessiongen fit``: the timing profile from real runs' records, with
   bootstrap intervals and residuals, written as a profile file a scenario can load;
+- :mod:`.structure`: the pair's structure a profile takes from the run (KV block and
+  cache, scheduler limits, LMCache chunk and pool), not fitted;
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
   simulator's engine, no HTTP), written as a run folder of target kind ``plan``;
 - :mod:`.routers`: models of vllm-router's policies for routed placements;

@@ -40,6 +40,7 @@ import polars as pl
 from numpy.typing import NDArray
 from scipy.optimize import nnls
 
+from sessiongen.capacity import structure
 from sessiongen.errors import UserError
 from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.launch.tinymodel import BUILTIN_TINY
@@ -251,8 +252,9 @@ def residuals(f: pl.DataFrame, predicted: Any) -> pl.DataFrame:
 def fit_runs(
     run_dirs: Sequence[str | Path], *, kv_bytes_per_token: int | None = None, seed: int = 0
 ) -> Fit:
-    """:func:`fit` with the model's KV size and the set-up taken from the first run's
-    manifest where it tells them (``kv_bytes_per_token`` given wins)."""
+    """:func:`fit` with the model's KV size and the pair's structure (KV block and
+    cache, scheduler limits, pool chunk and size: :mod:`.structure`) taken from the
+    first run's manifest where it tells them (``kv_bytes_per_token`` given wins)."""
     if not run_dirs:
         raise FitError("no run folders given")
     meta = read_meta(Path(run_dirs[0]))
@@ -262,7 +264,8 @@ def fit_runs(
             f"{run_dirs[0]}: the model's KV bytes per token are unknown; give "
             "--kv-bytes-per-token (2 x layers x KV heads x head dim x dtype bytes)"
         )
-    return fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed_from(meta), seed=seed)
+    fixed = structure.structure(meta, kv_bytes_per_token=kv)
+    return fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, seed=seed)
 
 
 def fit(
@@ -313,21 +316,6 @@ def kv_bytes_from(meta: RunMeta) -> int | None:
     return None
 
 
-def fixed_from(meta: RunMeta) -> dict[str, Any]:
-    """What the profile takes from the runs as they were set up (not fitted)."""
-    profile = meta.target.get("profile") or {}
-    if profile:
-        keys = ("replicas", "local_block_tokens", "pool_chunk_tokens", "pool_capacity_gib")
-        return {k: profile[k] for k in keys if k in profile}
-    spec = meta.target.get("spec") or {}
-    out: dict[str, Any] = {"replicas": int(meta.target.get("replicas", 2))}
-    if "chunk_size" in spec:
-        out["pool_chunk_tokens"] = int(spec["chunk_size"])
-    # vLLM's KV block: 128 tokens on the CPU backend, 16 on GPUs (see real-stack notes).
-    out["local_block_tokens"] = 128 if spec.get("device") == "cpu" else 16
-    return out
-
-
 def profile_toml(result: Fit) -> str:
     """The fitted profile as a TOML file with its provenance in comments."""
     lines = [
@@ -337,6 +325,10 @@ def profile_toml(result: Fit) -> str:
     for k, v in result.values.items():
         lines.append(f"#   {k} = {v:.6g}  [{result.low[k]:.6g}, {result.high[k]:.6g}]")
     lines.append(f"# from {result.requests} requests of: {', '.join(result.sources)}")
+    lines += [f"# {line}" for line in _residual_lines(result)]
+    missing = structure.unknown(result.fixed)
+    if missing:
+        lines.append(f"# not told by the runs (set them for your pair): {', '.join(missing)}")
     lines.append("")
     lines.append("[target.sim]")
     for k, v in result.profile().items():
@@ -359,13 +351,17 @@ def summary_text(result: Fit) -> str:
     lines = [f"fitted on {result.requests} requests that ran alone:"]
     for k, v in result.values.items():
         lines.append(f"  {k:<24} {v:12.6g}  [{result.low[k]:.6g}, {result.high[k]:.6g}]")
-    lines.append("residuals (modeled / measured - 1, median per cell):")
+    return "\n".join(lines + _residual_lines(result))
+
+
+def _residual_lines(result: Fit) -> list[str]:
+    lines = ["residuals (modeled / measured - 1, median per cell):"]
     for r in result.residuals.iter_rows(named=True):
         lines.append(
             f"  {r['context_tokens']:>8} {r['path']:<6} n={r['n']:<4} measured "
             f"{r['measured_s']:.4g} s, modeled {r['modeled_s']:.4g} s, {r['median_error']:+.1%}"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def write_profile(result: Fit, path: Path) -> Path:

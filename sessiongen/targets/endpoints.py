@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from sessiongen.client.engine import engine_facts
 from sessiongen.errors import EndpointError, ScenarioError
 from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import RouterSpec, is_routed
@@ -101,6 +102,8 @@ class EndpointsTarget:
                     )
                 facts["models"] = models
                 facts["version"] = await _get_json(http, url + "/version")
+                if url not in gateway:
+                    facts["engine"] = await engine_facts(http, url)
                 facts["gateway"] = url in gateway
                 self.servers.append(facts)
 

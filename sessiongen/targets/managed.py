@@ -18,6 +18,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from sessiongen.client.engine import engine_facts
 from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands
 from sessiongen.launch.pair import ManagedPair
@@ -102,6 +105,9 @@ class ManagedTarget:
         }
         if self.spec.model == BUILTIN_TINY:  # weights are generated: record which ones
             block["model_identity"] = tiny_model_identity(Path(pair.model_arg))
+        if opened["restarted"]:  # what each replica's engine is (sessiongen fit reads it)
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+                block["engine"] = [await engine_facts(http, url) for url in pair.urls]
         self._blocks.append(block)
         return pair.urls
 

@@ -190,3 +190,33 @@ def test_a_profile_fitted_to_the_study_reproduces_its_table(tmp_path: Path) -> N
 #: 5.2% (the 32k pool hit; cold cells within 1.3%, local hits exact, since the overhead
 #: knots sit at the table's sizes). The built-in profile, tuned by hand, is held to 10%.
 STUDY_FIT_TOLERANCE = 0.06
+
+
+def test_fit_runs_writes_the_pairs_structure_into_the_profile(tmp_path: Path) -> None:
+    """A managed CPU pair's run: the profile carries what the replicas told of their
+    engines and what the spec says of LMCache, so it plans that pair."""
+    run = write_probe_run(tmp_path, TRUTH, noise=0.0, seed=0)
+    engine = {"block_size": 128, "kv_cache_tokens": 1048576, "max_model_len": 32768,
+              "max_num_batched_tokens": 2048, "max_num_seqs": 128}  # fmt: skip
+    spec = {"device": "cpu", "model": "builtin:tiny", "chunk_size": 256, "pool_size_gb": 2.0,
+            "max_model_len": 32768, "vllm_args": [], "env": {}}  # fmt: skip
+    target = {"kind": "managed", "time_scale": 1.0, "replicas": 2, "spec": spec,
+              "blocks": [{"engine": [engine, engine]}]}  # fmt: skip
+    manifest = {"schema_version": SCHEMA_VERSION, "run_id": "probe", "target": target}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    result = fit.fit_runs([run])
+    path = fit.write_profile(result, tmp_path / "cpu.toml")
+    assert "not told by the runs" not in path.read_text()
+    sim = scenario.load(ROOT / "scenarios" / "smoke.toml", [f"target.sim.profile={path}"])
+    p = sim.target.sim
+    assert (p.local_block_tokens, p.local_cache_tokens, p.max_model_len) == (128, 1048576, 32768)
+    assert (p.max_num_batched_tokens, p.max_num_seqs) == (2048, 128)
+    assert (p.pool_chunk_tokens, p.pool_capacity_gib, p.replicas) == (256, 2.0, 2)
+    assert p.kv_bytes_per_token == 2048  # builtin:tiny's, from the spec's model
+
+
+def test_a_run_that_does_not_tell_the_pool_says_so_in_the_profile(tmp_path: Path) -> None:
+    run = write_probe_run(tmp_path, TRUTH, noise=0.0, seed=0)
+    text = fit.profile_toml(fit.fit_runs([run], kv_bytes_per_token=2048))
+    assert "# not told by the runs (set them for your pair): " in text
+    assert "pool_chunk_tokens" in text.split("not told by the runs")[1].splitlines()[0]

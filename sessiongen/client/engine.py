@@ -1,0 +1,140 @@
+"""What a vLLM replica says of its own engine: KV block, KV cache size, scheduler limits.
+
+Read once per replica when a block opens, so a run's manifest says how the pair was
+built where it matters for predicting it (``sessiongen fit`` writes these into the
+profile). Three sources, each optional, later ones filling only what earlier ones lack:
+
+- ``GET /server_info?config_format=json`` (vLLM's dev mode, ``VLLM_SERVER_DEV_MODE=1``):
+  the whole engine config, the scheduler's ``max_num_batched_tokens`` and
+  ``max_num_seqs`` included;
+- ``GET /metrics``, the gauge ``vllm:cache_config_info``: ``block_size``,
+  ``kv_cache_size_tokens`` and ``num_gpu_blocks`` as labels (vLLM 0.32; older versions
+  lack the token count, which is then blocks x block size);
+- ``GET /v1/models``: ``max_model_len`` of the served model.
+
+A server that is not vLLM answers none of them, and its facts are empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+class EngineFacts(TypedDict, total=False):
+    """One replica's engine, as far as it told (every key optional)."""
+
+    block_size: int  # tokens per KV block
+    kv_cache_tokens: int  # KV cache capacity, tokens
+    num_blocks: int  # KV blocks
+    max_model_len: int
+    max_num_batched_tokens: int  # token budget of one engine step
+    max_num_seqs: int  # most requests running at once
+    sources: list[str]  # which endpoints answered
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def from_cache_config(metrics_text: str) -> EngineFacts:
+    """Facts from the labels of ``vllm:cache_config_info`` (empty when absent)."""
+    out: EngineFacts = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name != CACHE_CONFIG_INFO:
+                continue
+            labels = sample.labels
+            block = _int(labels.get("block_size"))
+            blocks = _int(labels.get("num_gpu_blocks"))
+            tokens = _int(labels.get("kv_cache_size_tokens"))
+            if block is not None:
+                out["block_size"] = block
+            if blocks is not None:
+                out["num_blocks"] = blocks
+            if tokens is None and block is not None and blocks is not None:
+                tokens = block * blocks
+            if tokens is not None:
+                out["kv_cache_tokens"] = tokens
+            return out
+    return out
+
+
+def from_server_info(info: Any) -> EngineFacts:
+    """Facts from ``/server_info?config_format=json`` (empty when it is not that)."""
+    config = info.get("vllm_config") if isinstance(info, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    out: EngineFacts = {}
+    sections = {
+        "scheduler_config": ("max_num_batched_tokens", "max_num_seqs"),
+        "cache_config": ("block_size",),
+        "model_config": ("max_model_len",),
+    }
+    for section, keys in sections.items():
+        values = config.get(section)
+        if not isinstance(values, dict):
+            continue
+        for key in keys:
+            value = _int(values.get(key))
+            if value is not None:
+                out[key] = value  # type: ignore[literal-required]
+    cache = config.get("cache_config")
+    if isinstance(cache, dict):
+        tokens = _int(cache.get("kv_cache_size_tokens"))
+        blocks = _int(cache.get("num_gpu_blocks"))
+        if tokens is not None:
+            out["kv_cache_tokens"] = tokens
+        if blocks is not None:
+            out["num_blocks"] = blocks
+    return out
+
+
+def from_models(models: Any) -> EngineFacts:
+    """``max_model_len`` from ``/v1/models`` (vLLM adds it to each model entry)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        value = _int(entry.get("max_model_len")) if isinstance(entry, dict) else None
+        if value is not None:
+            return {"max_model_len": value}
+    return {}
+
+
+async def _get(http: aiohttp.ClientSession, url: str, *, json: bool) -> Any:
+    try:
+        async with http.get(url) as resp:
+            if resp.status != 200:
+                return None
+            return await (resp.json(content_type=None) if json else resp.text())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+async def engine_facts(http: aiohttp.ClientSession, base_url: str) -> EngineFacts:
+    """What the replica at ``base_url`` tells of its engine (see the module doc)."""
+    base = base_url.rstrip("/")
+    out: EngineFacts = {}
+    sources: list[str] = []
+    info = await _get(http, base + "/server_info?config_format=json", json=True)
+    metrics = await _get(http, base + "/metrics", json=False)
+    models = await _get(http, base + "/v1/models", json=True)
+    found = (
+        ("server_info", from_server_info(info)),
+        ("metrics", from_cache_config(metrics) if isinstance(metrics, str) else EngineFacts()),
+        ("models", from_models(models)),
+    )
+    for name, facts in found:
+        if facts:
+            sources.append(name)
+        for key, value in facts.items():
+            out.setdefault(key, value)  # type: ignore[misc]
+    if sources:
+        out["sources"] = sources
+    return out
