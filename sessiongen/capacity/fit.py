@@ -324,7 +324,8 @@ def profile_toml(result: Fit) -> str:
     ]
     for k, v in result.values.items():
         lines.append(f"#   {k} = {v:.6g}  [{result.low[k]:.6g}, {result.high[k]:.6g}]")
-    lines.append(f"# from {result.requests} requests of: {', '.join(result.sources)}")
+    runs = ", ".join(Path(d).name for d in result.sources)  # run ids: no machine's paths
+    lines.append(f"# from {result.requests} requests of runs: {runs}")
     lines += [f"# {line}" for line in _residual_lines(result)]
     missing = structure.unknown(result.fixed)
     if missing:

@@ -9,6 +9,7 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.errors import ScenarioError
+from sessiongen.launch.tinymodel import kv_bytes_per_token
 from sessiongen.scenario.spec import builtin_profiles
 from tests.support.paths import ROOT
 
@@ -148,3 +149,23 @@ def test_the_shipped_study_profile_is_the_built_in_default() -> None:
     assert "study" in builtin_profiles()
     with pytest.raises(ScenarioError, match=r"builtin:nope: no such profile \(builtin:"):
         scenario.load(smoke, ["target.sim.profile=builtin:nope"])
+
+
+def test_the_shipped_cpu_profile_describes_the_pair_its_probe_starts() -> None:
+    """builtin:cpu-tiny was fitted on the pair scenarios/fitprobe.toml starts: its
+    structure must be that pair's (vLLM's 128-token CPU block, the KV cache
+    VLLM_CPU_KVCACHE_SPACE holds of builtin:tiny, LMCache's chunk and pool), so that a
+    change to either shows up here rather than as a quietly wrong plan."""
+    probe = scenario.load(ROOT / "scenarios" / "fitprobe.toml")
+    pair = probe.target.managed
+    cpu = scenario.load(ROOT / "scenarios" / "smoke.toml", ["target.sim.profile=builtin:cpu-tiny"])
+    sim = cpu.target.sim
+    assert "cpu-tiny" in builtin_profiles()
+    assert sim.replicas == pair.replicas
+    assert sim.local_block_tokens == 128
+    assert sim.kv_bytes_per_token == kv_bytes_per_token()
+    space_gib = float(pair.env["VLLM_CPU_KVCACHE_SPACE"])
+    assert sim.local_cache_tokens == int(space_gib * (1 << 30)) // kv_bytes_per_token()
+    assert (sim.pool_chunk_tokens, sim.pool_capacity_gib) == (pair.chunk_size, pair.pool_size_gb)
+    assert sim.max_model_len == pair.max_model_len
+    assert (sim.max_num_batched_tokens, sim.max_num_seqs) == (2048, 128)  # vLLM 0.32 on CPU
