@@ -37,8 +37,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from sessiongen import calibrate
-from sessiongen.calibrate.refserver import ReferenceServer
+from sessiongen.calibrate import measure
+from sessiongen.calibrate.refserver import CHUNKS_HEADER, DELAY_HEADER, ReferenceServer
 
 COLUMNS = (  # (key, heading, width, decimals)
     ("requests", "n", 6, 0),
@@ -72,10 +72,10 @@ def _header() -> str:
 def floor(url: str, body_bytes: int, requests: int = 30) -> dict[str, float]:
     """Added TTFT of a blocking-socket client: the machine's floor for any client."""
     parts = urlsplit(url)
-    body = calibrate.request_body(body_bytes)
+    body = measure.request_body(body_bytes)
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-        f"{calibrate.DELAY_HEADER}: 0.05\r\n{calibrate.CHUNKS_HEADER}: 2\r\n"
+        f"{DELAY_HEADER}: 0.05\r\n{CHUNKS_HEADER}: 2\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     stamp = re.compile(rb'"server_ns":(\d+)')
@@ -96,8 +96,8 @@ def floor(url: str, body_bytes: int, requests: int = 30) -> dict[str, float]:
     added.sort()
     return {
         "requests": len(added),
-        "added_ttft_p50_ms": calibrate.percentile(added, 50),
-        "added_ttft_p99_ms": calibrate.percentile(added, 99),
+        "added_ttft_p50_ms": measure.percentile(added, 50),
+        "added_ttft_p99_ms": measure.percentile(added, 99),
         "added_ttft_max_ms": added[-1],
     }
 
@@ -106,13 +106,11 @@ async def run(args: argparse.Namespace, url: str) -> None:
     body = int(args.body_mb * 2**20)
     print(_header())
     for n in args.concurrency:
-        steady = await calibrate.measure_steady(
+        steady = await measure.measure_steady(
             url, concurrency=n, body_bytes=body, duration_s=args.duration
         )
         print(_row("steady", n, steady), flush=True)
-        burst = await calibrate.measure_burst(
-            url, concurrency=n, body_bytes=body, rounds=args.rounds
-        )
+        burst = await measure.measure_burst(url, concurrency=n, body_bytes=body, rounds=args.rounds)
         print(_row("burst", n, burst), flush=True)
     fl = floor(url, body)
     print(
@@ -126,7 +124,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
         ("paced", 64, 1500, 0.001),
         ("flat out", 8, 20_000, 0.0),
     ):
-        r = await calibrate.measure_stream_rate(
+        r = await measure.measure_stream_rate(
             url, streams=streams, chunks=chunks, interval_s=interval
         )
         print(

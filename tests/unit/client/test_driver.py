@@ -120,9 +120,30 @@ def _framed(body: bytes, framing: str) -> bytes:
     return head.replace(b"1.1", b"1.0") + b"\r\n" + body  # until the connection closes
 
 
-async def _parse(raw: bytes, cuts: list[int], until_eof: bool) -> driver.Result:
-    """Feed a raw response to a connection in the pieces ``cuts`` makes."""
+class _Wire(asyncio.Transport):
+    """A transport that only records whether the connection was dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+async def _exchange(
+    raw: bytes, cuts: list[int], until_eof: bool = False
+) -> tuple[Any, driver.Result, _Wire]:
+    """Feed a raw response to a connection in the pieces ``cuts`` makes; how it ended."""
     conn = http1.Conn(http1.Pool(), ("http", "test", 80))
+    wire = _Wire()
+    conn.connection_made(wire)
     res = driver.Result()
     sink = driver._Sink(res, stream=True)
     sink.start(time.perf_counter_ns())
@@ -134,6 +155,11 @@ async def _parse(raw: bytes, cuts: list[int], until_eof: bool) -> driver.Result:
     if until_eof:
         conn.eof_received()
     end = await asyncio.wait_for(done, 2.0)
+    return end, res, wire
+
+
+async def _parse(raw: bytes, cuts: list[int], until_eof: bool) -> driver.Result:
+    end, res, _wire = await _exchange(raw, cuts, until_eof)
     assert end.fault is None, end.fault
     return res
 
@@ -149,6 +175,49 @@ async def test_responses_parse_the_same_however_they_are_split(framing: str, crl
         assert res.http_status == 200
         assert res.text == "héllo wörld", cuts
         assert len(res.chunk_ns) == 2 and res.completion_tokens == 2
+
+
+async def test_an_interim_response_is_skipped_however_it_is_split() -> None:
+    raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+    raw += _framed(_sse_events(crlf=False), "length")
+    for cuts in ([], list(range(1, len(raw)))):
+        end, res, wire = await _exchange(raw, cuts)
+        assert end.fault is None and res.http_status == 200, end.fault
+        assert res.text == "héllo wörld" and "link" not in (res.headers or {})
+        assert not wire.closed  # kept for the next request
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata\r\n", "chunk"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ndata!!\r\n", "chunk"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n", "Content-Length"),
+        (b"SPDY/3 200 OK\r\n\r\n", "malformed HTTP response"),
+        (b"HTTP/1.1 OK\r\n\r\n", "malformed HTTP response"),
+    ],
+)
+async def test_broken_framing_is_a_stream_error(raw: bytes, fragment: str) -> None:
+    end, _res, wire = await _exchange(raw, [])
+    assert end.fault is not None and end.fault[0] == "stream_error", end.fault
+    assert fragment.lower() in end.fault[1].lower(), end.fault
+    assert wire.closed
+
+
+async def test_a_response_head_past_the_limit_is_a_stream_error() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * http1.MAX_HEAD
+    end, _res, wire = await _exchange(raw, list(range(4096, len(raw), 4096)))
+    assert end.fault is not None and end.fault[0] == "stream_error"
+    assert "head too long" in end.fault[1] and wire.closed
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+async def test_bytes_after_the_end_drop_the_connection(framing: str) -> None:
+    raw = _framed(_sse_events(crlf=False), framing)
+    for tail, cuts in ((b"", []), (b"junk", []), (b"junk", [len(raw)]), (b"HTTP/1.1 200", [])):
+        end, res, wire = await _exchange(raw + tail, cuts)
+        assert end.fault is None and res.text == "héllo wörld", end.fault
+        assert wire.closed == bool(tail), tail  # out of step: never reused
 
 
 async def test_connections_are_prewarmed_and_reused(aiohttp_server: Any) -> None:
