@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 from sessiongen import calibrate, scenario
+from sessiongen.calibrate import refserver
 from sessiongen.client import driver
 from sessiongen.workload.sessions import Session, SessionBuilder
 
@@ -82,7 +83,7 @@ async def run_session(
     tally: Tally,
     hold_s: float,
 ) -> str | None:
-    headers = {calibrate.DELAY_HEADER: str(hold_s), calibrate.CHUNKS_HEADER: "8"}
+    headers = {refserver.DELAY_HEADER: str(hold_s), refserver.CHUNKS_HEADER: "8"}
     context = s.texts()["context"].json
     for turn in range(1, s.turns + 1):
         body = s.request(turn).body_parts(sc)

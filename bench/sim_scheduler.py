@@ -207,7 +207,7 @@ def run_workload(w: Workload) -> Outcome:
     block, chunk = p.local_block_tokens, p.pool_chunk_tokens
     docs = [PromptKeys.unique(w.context, block, chunk, 10_000 + d) for d in range(w.documents)]
     prompts: dict[int, PromptKeys] = {}
-    answers: dict[tuple[int, int], np.ndarray] = {}
+    answers: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
     driver = VirtualDriver(p, collapse=w.collapse)
 
     def submit(s: int, turn: int, at: float, prompt: PromptKeys) -> None:
