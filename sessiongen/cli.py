@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -564,15 +564,14 @@ def plan_cmd(
     configuration, whatif.parquet, turns.parquet and a report. Every figure is the
     simulator's (fit it to your hardware with sessiongen fit), never a measurement.
     """
-    from typing import cast
-
     from sessiongen.capacity import plan as plan_mod
+    from sessiongen.capacity.grid import Config, Vary
     from sessiongen.capacity.virtual import Tokens
 
-    parsed = [plan_mod.Vary.parse(v) for v in varies]
+    parsed = [Vary.parse(v) for v in varies]
     sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
 
-    def done(config: plan_mod.Config, run_dir: Path) -> None:
+    def done(config: Config, run_dir: Path) -> None:
         click.echo(f"[{config.index + 1}] {config.label}: {run_dir}")
 
     out = plan_mod.plan(

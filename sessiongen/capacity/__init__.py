@@ -7,7 +7,9 @@
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
   simulator's engine, no HTTP), written as a run folder of target kind ``plan``;
 - :mod:`.routers`: models of vllm-router's policies for routed placements;
-- :mod:`.plan`: ``sessiongen plan``: a grid of ``--vary`` configurations, the what-if
-  table and per-turn Parquet;
+- :mod:`.grid`: ``--vary`` options, the configurations they give, the what-if
+  columns' definitions (read by the report stage too);
+- :mod:`.plan`: ``sessiongen plan``: runs the grid, writes the what-if table, per-turn
+  Parquet and the report;
 - :mod:`.agreement`: a plan against a replay of the same scenario, per turn.
 """

@@ -67,25 +67,29 @@ def from_cache_config(metrics_text: str) -> EngineFacts:
     return out
 
 
+def _at(config: dict[str, Any], section: str, key: str) -> int | None:
+    values = config.get(section)
+    return _int(values.get(key)) if isinstance(values, dict) else None
+
+
 def from_server_info(info: Any) -> EngineFacts:
     """Facts from ``/server_info?config_format=json`` (empty when it is not that)."""
     config = info.get("vllm_config") if isinstance(info, dict) else None
     if not isinstance(config, dict):
         return {}
     out: EngineFacts = {}
-    sections = {
-        "scheduler_config": ("max_num_batched_tokens", "max_num_seqs"),
-        "cache_config": ("block_size",),
-        "model_config": ("max_model_len",),
-    }
-    for section, keys in sections.items():
-        values = config.get(section)
-        if not isinstance(values, dict):
-            continue
-        for key in keys:
-            value = _int(values.get(key))
-            if value is not None:
-                out[key] = value  # type: ignore[literal-required]
+    batched = _at(config, "scheduler_config", "max_num_batched_tokens")
+    seqs = _at(config, "scheduler_config", "max_num_seqs")
+    block = _at(config, "cache_config", "block_size")
+    length = _at(config, "model_config", "max_model_len")
+    if batched is not None:
+        out["max_num_batched_tokens"] = batched
+    if seqs is not None:
+        out["max_num_seqs"] = seqs
+    if block is not None:
+        out["block_size"] = block
+    if length is not None:
+        out["max_model_len"] = length
     cache = config.get("cache_config")
     if isinstance(cache, dict):
         tokens = _int(cache.get("kv_cache_size_tokens"))
@@ -120,21 +124,14 @@ async def _get(http: aiohttp.ClientSession, url: str, *, json: bool) -> Any:
 async def engine_facts(http: aiohttp.ClientSession, base_url: str) -> EngineFacts:
     """What the replica at ``base_url`` tells of its engine (see the module doc)."""
     base = base_url.rstrip("/")
-    out: EngineFacts = {}
-    sources: list[str] = []
     info = await _get(http, base + "/server_info?config_format=json", json=True)
     metrics = await _get(http, base + "/metrics", json=False)
     models = await _get(http, base + "/v1/models", json=True)
-    found = (
-        ("server_info", from_server_info(info)),
-        ("metrics", from_cache_config(metrics) if isinstance(metrics, str) else EngineFacts()),
-        ("models", from_models(models)),
-    )
-    for name, facts in found:
-        if facts:
-            sources.append(name)
-        for key, value in facts.items():
-            out.setdefault(key, value)  # type: ignore[misc]
+    told = from_server_info(info)
+    counted = from_cache_config(metrics) if isinstance(metrics, str) else EngineFacts()
+    listed = from_models(models)
+    sources = [n for n, f in (("server_info", told), ("metrics", counted), ("models", listed)) if f]
+    out: EngineFacts = {**listed, **counted, **told}  # earlier sources win
     if sources:
         out["sources"] = sources
     return out

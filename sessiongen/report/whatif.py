@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from sessiongen.capacity.grid import WHATIF_COLUMNS, Config, Vary
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
 from sessiongen.report.document import (
@@ -34,9 +35,6 @@ from sessiongen.report.plots import CACHE_STYLE, COLORS, OUTSIDE
 
 #: Marker per value of the varied keys other than the x axis's.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-
-if TYPE_CHECKING:
-    from sessiongen.capacity.plan import Config, Vary
 
 
 def _as_number(values: Sequence[str]) -> list[float] | None:
@@ -137,8 +135,6 @@ def write_whatif_report(
     varies: Sequence[Vary],
 ) -> Path:
     """Write ``out/report/``; return the report.md path."""
-    from sessiongen.capacity.plan import WHATIF_COLUMNS
-
     report = ensure_dir(out / "report")
     first = grid[0].scenario
     given = first.target.sim.profile

@@ -9,8 +9,7 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.analysis import load_run
-from sessiongen.capacity import plan as plan_mod
-from sessiongen.capacity.plan import Vary
+from sessiongen.capacity.grid import WHATIF_COLUMNS, Vary, configs
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.cli import main
 from sessiongen.errors import ScenarioError, UserError
@@ -118,7 +117,7 @@ def test_vary_values_split_outside_brackets() -> None:
 
 def test_a_bad_value_stops_the_grid_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"target\.sim\.replicas"):
-        plan_mod.configs(SMOKE, ALONE, [Vary("target.sim.replicas", ("2", "0"))])
+        configs(SMOKE, ALONE, [Vary("target.sim.replicas", ("2", "0"))])
 
 
 def test_plan_writes_configs_tables_and_a_report(
@@ -133,7 +132,7 @@ def test_plan_writes_configs_tables_and_a_report(
     (folder,) = tmp_path.glob("plan-*")
     whatif = pl.read_parquet(folder / "whatif.parquet")
     assert sorted(whatif["target.sim.replicas"].to_list()) == ["2", "3"]
-    assert set(plan_mod.WHATIF_COLUMNS) <= set(whatif.columns)
+    assert set(WHATIF_COLUMNS) <= set(whatif.columns)
     # with alternate placement over three replicas every later turn is a first visit:
     # the pool serves turn 3 too, so the session gains more than with two replicas
     gain = dict(whatif.select("target.sim.replicas", "session_gain").iter_rows())
@@ -149,6 +148,4 @@ def test_plan_writes_configs_tables_and_a_report(
 
 def test_plan_refuses_a_repeated_key(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="each key once"):
-        plan_mod.configs(
-            SMOKE, ALONE, [Vary("sessions.count", ("1",)), Vary("sessions.count", ("2",))]
-        )
+        configs(SMOKE, ALONE, [Vary("sessions.count", ("1",)), Vary("sessions.count", ("2",))])

@@ -1,0 +1,111 @@
+"""The grid of a what-if plan: ``--vary`` options, the configurations they give, and
+what the what-if table's columns mean.
+
+Kept apart from :mod:`.plan` (which runs the grid) so that the report stage
+(:mod:`sessiongen.report.whatif`) can name configurations and columns without
+importing the planner that calls it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sessiongen.errors import UserError
+from sessiongen.scenario.spec import Scenario
+from sessiongen.scenario.spec import load as load_scenario
+
+#: What each what-if column means (one row per configuration, placement, context, level).
+WHATIF_COLUMNS = {
+    "session_gain": "median over sessions of the whole-session TTFT sum, OFF / ON",
+    "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
+    "ttft_p50_off_s": "median TTFT over every turn, pool off",
+    "ttft_p50_on_s": "median TTFT over every turn, pool on",
+    "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on",
+    "good_turns_off": "share of turns with TTFT within the objective, pool off",
+    "good_turns_on": "share of turns with TTFT within the objective, pool on",
+    "local_hit_rate_on": "prompt tokens served from the replica's own cache, pool on",
+    "pool_hit_rate_on": "prompt tokens served from the shared pool, pool on",
+    "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on",
+    "requests": "requests of the configuration and placement, both arms",
+}
+
+
+@dataclass(frozen=True)
+class Vary:
+    """One ``--vary KEY=V1,V2,...`` option: a dotted key and its values as written."""
+
+    key: str
+    values: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Vary:
+        """Values are split at commas outside brackets and quotes, so a list value is
+        written as one: ``load.levels=[1,2],[4,8]``."""
+        key, sep, rest = text.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise UserError(f"--vary {text!r}: expected KEY=V1,V2,...")
+        values = tuple(v.strip() for v in _split_top(rest) if v.strip())
+        if not values:
+            raise UserError(f"--vary {text!r}: expected at least one value after '='")
+        return cls(key, values)
+
+    @property
+    def name(self) -> str:
+        """The key's last part, for labels and columns (``pool_capacity_tokens``)."""
+        return self.key.rsplit(".", 1)[-1]
+
+
+def _split_top(text: str) -> list[str]:
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the grid: its index, the varied values, the scenario they give."""
+
+    index: int
+    values: dict[str, str]  # varied key -> value as written
+    scenario: Scenario
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.values.items()]
+        return " ".join(parts) or "as given"
+
+    @property
+    def folder(self) -> str:
+        slug = re.sub(r"[^A-Za-z0-9=._-]+", "_", self.label.replace(" ", "_"))[:80]
+        return f"{self.index:02d}-{slug}"
+
+
+def configs(path: str | Path, overrides: Sequence[str], varies: Sequence[Vary]) -> list[Config]:
+    """Every configuration of the grid, validated before anything runs (a bad value is a
+    one-line error naming the key)."""
+    keys = [v.key for v in varies]
+    if len(set(keys)) != len(keys):
+        raise UserError("--vary: each key once (give all its values in one option)")
+    out = []
+    for i, combo in enumerate(itertools.product(*(v.values for v in varies))):
+        values = dict(zip(keys, combo, strict=True))
+        sets = [*overrides, *(f"{k}={v}" for k, v in values.items())]
+        out.append(Config(i, values, load_scenario(path, sets)))
+    return out
