@@ -52,10 +52,12 @@ def measurement_error(run: Run) -> pl.DataFrame:
 #: Cold first turns of the two arms may differ by this much before it is called out.
 COLD_TOLERANCE = 0.05
 #: ... except that the ON arm may be slower by up to this much: on a miss the pool
-#: stores the prompt's KV, a cost of the cache itself. Measured on the CPU pair with one
-#: core per replica: ON/OFF cold TTFT 0.96-1.10 over four paired runs (+0.1 s of worker
-#: CPU per cold 8k prompt); 0.15 leaves room for noise above that 10%.
-STORE_COST_TOLERANCE = 0.15
+#: stores the prompt's KV, a cost of the cache itself, paid in CPU. Measured on the CPU
+#: pair with one core per replica: ON/OFF cold TTFT 0.96-1.10 over four paired runs on a
+#: quiet machine (+0.1 s of worker CPU per cold 8k prompt), and 1.26 beside a CPU hog
+#: (the store's CPU work waits for a core too); 0.4 leaves room for noise above that.
+#: The fault this check exists for, arms on different cores, made OFF 1.5-1.6x slower.
+STORE_COST_TOLERANCE = 0.4
 
 
 def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:

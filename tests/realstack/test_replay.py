@@ -42,11 +42,12 @@ pytestmark = [
 
 #: Cold first turns, median OFF / median ON, must lie within this band. With one core
 #: per replica the arms differed only by the pool's own cost on a miss, storing the
-#: prompt's KV into LMCache: ON 0-10% slower (ON/OFF 0.96-1.10 over four paired runs,
-#: +0.1 s of worker CPU per cold 8k prompt), so the band reaches 1/1.25 on the ON-slower
-#: side: the store cost plus the noise of 4 cold turns per arm on a shared machine. The
-#: binding fault it guards against was 1.5-1.6x.
-COLD_BAND = (1 / 1.25, 1.2)
+#: prompt's KV into LMCache: ON 0-10% slower on a quiet machine (ON/OFF 0.96-1.10 over
+#: four paired runs, +0.1 s of worker CPU per cold 8k prompt), 26% slower beside a CPU
+#: hog, so the band reaches 1/1.4 on the ON-slower side (the report's own allowance,
+#: fidelity.STORE_COST_TOLERANCE). The binding fault it guards against made OFF 1.5-1.6x
+#: slower, beyond the OFF-slower bound.
+COLD_BAND = (1 / 1.4, 1.2)
 
 
 @pytest.fixture(scope="module")

@@ -55,15 +55,15 @@ def test_a_small_cold_difference_within_tolerance_is_not_flagged(tmp_path: Path)
 
 
 def test_the_pools_store_cost_on_cold_turns_is_not_flagged(tmp_path: Path) -> None:
-    """ON 10% slower on a miss (storing into the pool, measured on the CPU pair) is the
-    cache's own cost; 25% slower is not."""
+    """ON 10% slower on a miss (storing into the pool, measured on the CPU pair; up to
+    26% on a busy one) is the cache's own cost; 60% slower is not."""
     run = analysis.load_run(write_run(tmp_path, SPEC))
     on_first = pl.when((pl.col("cache") == "on") & (pl.col("turn") == 1))
     stored = with_requests(run, ttft_s=on_first.then(pl.col("ttft_s") * 1.10).otherwise("ttft_s"))
     table = analysis.cold_turn_asymmetry(stored)
     assert table["speedup_ci_high"][0] < 1.0  # a real difference, and still not flagged
     assert not table["flagged"].any()
-    slower = with_requests(run, ttft_s=on_first.then(pl.col("ttft_s") * 1.25).otherwise("ttft_s"))
+    slower = with_requests(run, ttft_s=on_first.then(pl.col("ttft_s") * 1.6).otherwise("ttft_s"))
     assert analysis.cold_turn_asymmetry(slower)["flagged"].to_list() == [True]
     faster = with_requests(run, ttft_s=on_first.then(pl.col("ttft_s") / 1.10).otherwise("ttft_s"))
     assert analysis.cold_turn_asymmetry(faster)["flagged"].to_list() == [True]
