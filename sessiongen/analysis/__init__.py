@@ -15,7 +15,7 @@
 - :mod:`.load`: saturation, goodput, sustained load, working set, reuse distance;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
-- :mod:`.compare`: one run against another.
+- :mod:`.compare`: runs against runs (run-to-run noise, Holm over cells, failures).
 
 Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every duration is
 in modeled seconds (measured / time scale).
@@ -28,7 +28,13 @@ from sessiongen.analysis.checks import (
     contamination_expr,
     needle_grades,
 )
-from sessiongen.analysis.compare import EXIT_CODES, Comparison, compare_runs
+from sessiongen.analysis.compare import (
+    DEFAULT_RUN_NOISE,
+    EXIT_CODES,
+    Comparison,
+    RunNoise,
+    compare_runs,
+)
 from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
 from sessiongen.analysis.drift import (
     DRIFT_MIN,
@@ -79,6 +85,7 @@ from sessiongen.records.run import Run, latest_run, load_run, resolve_run_dir
 __all__ = [
     "COLD_TOLERANCE",
     "DEFAULT_BOOTSTRAP",
+    "DEFAULT_RUN_NOISE",
     "DRIFT_MIN",
     "DRIFT_MIN_UNITS",
     "ERROR_SHARE",
@@ -92,6 +99,7 @@ __all__ = [
     "Equivalence",
     "Needles",
     "Run",
+    "RunNoise",
     "arm_turn_table",
     "block_drift",
     "cache_attribution",

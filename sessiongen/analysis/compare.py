@@ -1,54 +1,75 @@
-"""Compare two runs of the same scenario: is run B slower than run A, faster, or the same?
+"""Compare runs of the same scenario: is side B slower than baseline side A, faster, the same?
 
-Both runs replay the same sessions (same scenario, same seed), so a session is a unit
-seen in both: for each cell (placement, cache, context size, turn), a session's TTFTs
-in A (one per block of the arm) and in B are resampled together.
+Each side is one run or several runs of the same scenario (same sessions, same seed). A
+*cell* is (placement, cache, context size, turn). Its statistic is the median TTFT in
+modeled seconds, failed requests included as slower than any finished one (a run that
+times out on its slowest requests must not look faster: :data:`~.stats.FAILED`).
 
-- ``ratio`` = median TTFT(B) / median TTFT(A), in modeled seconds, with a **paired
-  (cluster) bootstrap** interval: sessions are drawn with replacement, each with all its
-  blocks in both runs (Davison & Hinkley 1997, sec. 3.8), expanded for small session
-  counts (Hesterberg 2015). Requests are not independent samples: pooling them as such
-  made any 5% shift between two runs (clock, host, restart luck) "significant" with p
-  near 1e-4. Where a cell's sessions cannot be paired (sessions missing from one run,
-  rows without a session), each run's sessions are resampled on their own (unpaired)
-  and the output says so.
-- The decision reads the interval (:func:`sessiongen.analysis.stats.decide_ratio`):
-  **slower** when the whole interval lies above ``1 + threshold``, **faster** when wholly
-  below ``1 - threshold``, **no change** when it lies within ``1 +- threshold`` (an
-  equivalence test), else **inconclusive**. The interval is ``1 - 2 alpha`` (90% for the
-  default 5% tests): each one-sided decision and the equivalence (TOST, Schuirmann 1987)
-  is a test at level ``alpha``.
+**The ratio B/A and its interval.** Per run, the log median of the cell; per side, the
+mean over its runs; ``log(B/A)`` is the difference. Its standard error has two parts:
 
-The verdict is ``slower`` if any cell is slower, else ``inconclusive`` if any cell is,
-else ``faster`` if any cell is, else ``no change``; cells present in only one run are
-listed and left out. :data:`EXIT_CODES` maps it to the CLI's exit status: 0 for no
-change or faster, 1 for slower, 3 for inconclusive (2 stays for usage errors).
+- *sampling*, from a **paired (cluster) bootstrap over sessions**: sessions are drawn
+  with replacement, each with all its blocks in every run of both sides, so that the
+  spread between sessions (common to both sides) cancels (Davison & Hinkley 1997, sec.
+  3.8); the robust SD of the draws times ``sqrt(n / (n - 1))`` (:func:`~.stats.robust_sd`),
+  on ``n - 1`` degrees of freedom for ``n`` sessions. Where a cell's sessions cannot be
+  paired (the runs hold different sessions there, or rows without a session), each run
+  is resampled on its own and the output says so.
+- *run to run*: every run carries a noise no interval of one run can see (host, clock,
+  restart and placement luck: 3-5% per cell on real replicas, the trend store measures
+  it night after night), with SD ``tau`` on the log median of a cell. It adds
+  ``tau^2 (1/k_A + 1/k_B)`` for ``k`` runs a side. :class:`RunNoise` says where ``tau``
+  came from, in this order: given (``--run-noise``, e.g. from A/A runs), estimated from
+  the spread between the runs of a side when a side has several
+  (:func:`~.stats.replicate_noise`, pooled over cells), the trend store's pooled night
+  noise for the scenario (``--store``), else :data:`DEFAULT_RUN_NOISE` (4%, assumed).
 
-Runs are refused (unless ``force=True``) when their ``scenario_digest`` differ (their
-cells would not measure the same thing) or their time scales do (simulated runs: one
-wall millisecond of lateness is ``1 / time_scale`` modeled milliseconds, so runs at
-different scales carry different measurement error).
+The two add on the log scale, with Welch-Satterthwaite degrees of freedom, and the
+ratio's interval and tests use Student's t (:class:`~.stats.LogTest`).
+
+**Failures** count against a run twice: inside the median (above), and in a per-cell
+test of the failure share with **sessions as units**: per session, the share of its
+requests in the cell that failed, B minus A. "B fails more" is an exact sign test over
+sessions (paired) or a one-sided Mann-Whitney test (unpaired); a cell is not "no change"
+or "faster" unless B's failure share is surely within ``failure_margin`` of A's (a
+one-sided t bound over sessions) or no session failed more in B.
+
+**Decisions** per cell, each test at level ``alpha`` (the intervals are ``1 - 2 alpha``):
+
+- **slower**: B/A surely above ``1 + threshold``, or B surely fails more, after a
+  **Holm** step-down correction over every cell's "slower" tests (Holm 1979): with 24
+  cells a run is not called slower because one cell in twenty wobbled;
+- **faster**: B/A surely below ``1 - threshold`` (Holm over cells) and failures no worse;
+- **no change**: B/A within ``1 +- threshold`` by two one-sided tests (TOST, Schuirmann
+  1987; over many cells an intersection-union test, valid without adjustment: Berger
+  1982) and failures no worse;
+- **inconclusive** otherwise, and always below :data:`~.stats.MIN_SESSIONS` sessions
+  (there the interval cannot cover as stated: "not enough data" is the answer).
+
+The verdict is ``slower`` if any cell is, else ``inconclusive`` if any is, else
+``faster`` if any is, else ``no change``; cells present in only one side are listed and
+left out. :data:`EXIT_CODES` maps it to the CLI's exit status: 0 for no change or faster,
+1 for slower, 3 for inconclusive (2 stays for usage errors). bench/compare_aa.py measures
+how often identical runs are called slower and how often real slowdowns are found.
+
+Runs are refused (unless ``force=True``) when their ``scenario_digest`` differ or their
+time scales do (a simulated run's measurement error in modeled seconds scales with
+``1 / time scale``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import polars as pl
-from numpy.typing import NDArray
+from scipy import stats as sps
 
 from sessiongen.analysis import stats
-from sessiongen.analysis.frames import (
-    finite_or_none,
-    frame_from_rows,
-    partition,
-    sample,
-    session_units,
-    unit_matrix,
-)
+from sessiongen.analysis.frames import frame_from_rows, partition, unit_matrix
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.errors import RunDirError
 from sessiongen.records.format import CELL_KEYS
@@ -57,12 +78,34 @@ from sessiongen.records.run import Run
 Verdict = Literal["slower", "no change", "faster", "inconclusive"]
 #: The CLI's exit status per verdict (2 is a usage error: bad flags, refused runs).
 EXIT_CODES: dict[Verdict, int] = {"no change": 0, "faster": 0, "slower": 1, "inconclusive": 3}
-#: Decisions of a cell: a :data:`Verdict`, or "missing" when one run lacks the cell.
+#: Decisions of a cell: a :data:`Verdict`, or "missing" when one side lacks the cell.
 MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """Run-to-run SD ``sd`` of a cell's log median, where it came from, and its df."""
+
+    sd: float
+    source: str
+    df: float = math.inf
+
+    def text(self) -> str:
+        df = "" if math.isinf(self.df) else f", {self.df:g} df"
+        return f"run-to-run noise {self.sd:.1%} per run ({self.source}{df})"
+
+
+#: Used when nothing better is known: the upper half of the 3-5% night-to-night noise per
+#: cell that the trend store measured on real replicas (README, Nightly trend).
+DEFAULT_RUN_NOISE = RunNoise(
+    0.04, "assumed: give --run-noise from A/A runs, several runs a side, or --store"
+)
 
 COMPARE_VALUES: dict[str, pl.DataType] = {
     "n_a": pl.Int64(),
     "n_b": pl.Int64(),
+    "failed_a": pl.Int64(),
+    "failed_b": pl.Int64(),
     "sessions": pl.Int64(),
     "paired": pl.Boolean(),
     "median_a_s": pl.Float64(),
@@ -70,7 +113,9 @@ COMPARE_VALUES: dict[str, pl.DataType] = {
     "ratio": pl.Float64(),
     "ratio_ci_low": pl.Float64(),
     "ratio_ci_high": pl.Float64(),
+    "p_slower": pl.Float64(),
     "decision": pl.String(),
+    "why": pl.String(),
 }
 
 
@@ -82,6 +127,7 @@ class Comparison:
     verdict: Verdict
     threshold: float
     conf: float
+    run_noise: RunNoise = DEFAULT_RUN_NOISE
     notes: tuple[str, ...] = ()
 
     @property
@@ -94,7 +140,7 @@ class Comparison:
         return {str(k): int(v) for k, v in self.frame.group_by("decision").len().iter_rows()}
 
     def summary(self) -> str:
-        """One line: the verdict and how many cells went which way."""
+        """One line: the verdict, how many cells went which way, and how sure that is."""
         counts = self.counts()
         parts = [
             f"{counts[d]} {d}"
@@ -103,105 +149,289 @@ class Comparison:
         ]
         return (
             f"{self.verdict.upper()}: {', '.join(parts) or 'no cells'} of {self.frame.height} "
-            f"cells ({self.conf:.0%} paired-bootstrap intervals of B/A against "
-            f"1 +- {self.threshold:.0%}); exit status {self.exit_code}"
+            f"cells ({self.conf:.0%} intervals of B/A over sessions plus "
+            f"{self.run_noise.sd:.1%} run-to-run noise, against 1 +- {self.threshold:.0%}; "
+            f"Holm-corrected over cells); exit status {self.exit_code}"
         )
 
     def to_text(self) -> str:
         """The frame as a plain-text table (modeled seconds), then notes and the summary."""
-        cols = ["median_a_s", "median_b_s", "ratio", "ratio_ci_low", "ratio_ci_high"]
         lines = [
             f"{'cell':<32} {'A (s)':>7} {'B (s)':>8} {'B/A':>6}  {'interval':<16} "
-            f"{'sessions':>8}  decision"
+            f"{'sessions':>8} {'failed A/B':>10}  decision"
         ]
         for row in self.frame.iter_rows(named=True):
             cell = f"{row['placement']}/{row['cache']}/{row['context_tokens']}/t{row['turn']}"
-            a, b, ratio, low, high = (_fmt(row[c]) for c in cols)
+            a, b, ratio = (_fmt(row[c]) for c in ("median_a_s", "median_b_s", "ratio"))
+            low, high = _fmt(row["ratio_ci_low"]), _fmt(row["ratio_ci_high"])
             units = f"{row['sessions']}{'' if row['paired'] else ' unp.'}"
+            failed = f"{row['failed_a']}/{row['failed_b']}"
             decision = str(row["decision"])
             shown = decision.upper() if decision == "slower" else decision
+            if row["why"]:
+                shown += f" ({row['why']})"
             lines.append(
-                f"{cell:<32} {a:>7} {b:>8} {ratio:>6}  {f'[{low}, {high}]':<16} {units:>8}  {shown}"
+                f"{cell:<32} {a:>7} {b:>8} {ratio:>6}  {f'[{low}, {high}]':<16} {units:>8} "
+                f"{failed:>10}  {shown}"
             )
-        return "\n".join([*lines, *self.notes, self.summary()])
+        return "\n".join([*lines, f"note: {self.run_noise.text()}", *self.notes, self.summary()])
 
 
 def _fmt(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, float) and value >= stats.FAILED_FROM:
+        return "failed"
     return f"{value:.3g}" if abs(value) < 0.01 else f"{value:.3f}"
 
 
-def _check_comparable(run_a: Run, run_b: Run, force: bool) -> tuple[str, ...]:
+def _check_comparable(runs: Sequence[Run], force: bool) -> tuple[str, ...]:
     """Refuse different scenarios or time scales unless forced; note other differences."""
+    base = runs[0]
     refused = []
-    da, db = run_a.meta.scenario_digest, run_b.meta.scenario_digest
-    if da != db:
-        refused.append(f"scenario_digest {db} differs from {run_a.path.name}'s {da}")
-    sa, sb = run_a.time_scale, run_b.time_scale
-    if not math.isclose(sa, sb, rel_tol=1e-9):
-        refused.append(
-            f"time scale {sb:g} differs from {run_a.path.name}'s {sa:g} (the measurement "
-            "error in modeled seconds scales with 1 / time scale)"
-        )
+    for other in runs[1:]:
+        da, db = base.meta.scenario_digest, other.meta.scenario_digest
+        if da != db:
+            refused.append(
+                f"{other.path}: scenario_digest {db} differs from {base.path.name}'s {da}"
+            )
+        sa, sb = base.time_scale, other.time_scale
+        if not math.isclose(sa, sb, rel_tol=1e-9):
+            refused.append(
+                f"{other.path}: time scale {sb:g} differs from {base.path.name}'s {sa:g} (the "
+                "measurement error in modeled seconds scales with 1 / time scale)"
+            )
     if refused and not force:
-        raise RunDirError(f"{run_b.path}: {'; '.join(refused)}; use --force to compare anyway")
+        raise RunDirError(f"{'; '.join(refused)}; use --force to compare anyway")
     notes = [f"note: {what}; compared because forced" for what in refused]
-    for label, va, vb in (
-        ("target", run_a.target_label, run_b.target_label),
-        ("sessiongen version", run_a.meta.sessiongen_version, run_b.meta.sessiongen_version),
-    ):
-        if va != vb:
-            notes.append(f"note: {label} differs: A {va}, B {vb}")
-    for r, name in ((run_a, "A"), (run_b, "B")):
-        if r.meta.complete is False:
-            notes.append(f"note: run {name} ({r.run_id}) is incomplete")
+    for label, attr in (("target", "target_label"), ("sessiongen version", "version")):
+        values = {_identity(r, attr) for r in runs}
+        if len(values) > 1:
+            notes.append(f"note: {label} differs between the runs: {', '.join(sorted(values))}")
+    notes += [f"note: run {r.run_id} is incomplete" for r in runs if r.meta.complete is False]
     return tuple(notes)
 
 
-def _median(values: NDArray[np.float64]) -> float | None:
-    return float(np.median(values)) if values.size else None
+def _identity(run: Run, attr: str) -> str:
+    return str(run.target_label if attr == "target_label" else run.meta.sessiongen_version)
 
 
-def _ratio(
-    sub_a: pl.DataFrame, sub_b: pl.DataFrame, boot: Bootstrap, seed: list[int]
-) -> tuple[stats.Interval, bool]:
-    """Median(B) / median(A): paired by session when both hold the same sessions."""
-    units_a, units_b = session_units(sub_a), session_units(sub_b)
-    opts = boot.options(seed)
-    if units_a is not None and units_a == units_b:
-        a, b = unit_matrix(sub_a, units_a), unit_matrix(sub_b, units_a)
-        return stats.bootstrap_ratio(b, a, paired=True, **opts), True
-    side_a = unit_matrix(sub_a, units_a) if units_a is not None else sample(sub_a)
-    side_b = unit_matrix(sub_b, units_b) if units_b is not None else sample(sub_b)
-    return stats.bootstrap_ratio(side_b, side_a, **opts), False
+def _with_failures(run: Run) -> pl.DataFrame:
+    """The run's requests with ``_ttft``: TTFT, +inf for a failed request."""
+    failed = pl.col("status") != "ok"
+    ttft = pl.when(failed).then(float("inf")).otherwise(pl.col("ttft_s"))
+    return run.requests.with_columns(_ttft=ttft, _failed=failed.cast(pl.Float64))
 
 
-def _cells(run_a: Run, run_b: Run, boot: Bootstrap, threshold: float) -> list[dict[str, Any]]:
-    """One comparison row per cell present in either run."""
-    side_a = {tuple(k.values()): sub for k, sub in partition(run_a.ok, CELL_KEYS)}
-    side_b = {tuple(k.values()): sub for k, sub in partition(run_b.ok, CELL_KEYS)}
+@dataclass(frozen=True)
+class _CellData:
+    """One cell's requests in every run of both sides, resampled once."""
+
+    key: dict[str, Any]
+    subs_a: tuple[pl.DataFrame, ...]
+    subs_b: tuple[pl.DataFrame, ...]
+    units: list[Any] | None  # the sessions, when every run holds the same ones
+    point: np.ndarray[Any, np.dtype[np.float64]]  # log median per run (A runs, then B)
+    draws: np.ndarray[Any, np.dtype[np.float64]]  # bootstrap draws x runs
+
+    @property
+    def n_units(self) -> int:
+        if self.units is not None:
+            return len(self.units)
+        return min(int(s["session_index"].n_unique()) for s in (*self.subs_a, *self.subs_b))
+
+    def split(self, values: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[Any, Any]:
+        k = len(self.subs_a)
+        return values[..., :k], values[..., k:]
+
+
+def _units(subs: Sequence[pl.DataFrame]) -> list[Any] | None:
+    sets = []
+    for sub in subs:
+        if sub.is_empty() or sub["session_index"].null_count():
+            return None
+        sets.append(sorted(sub["session_index"].unique().to_list()))
+    return sets[0] if all(s == sets[0] for s in sets) else None
+
+
+def _resampled(
+    key: dict[str, Any], a: tuple[pl.DataFrame, ...], b: tuple[pl.DataFrame, ...], boot: Bootstrap
+) -> _CellData:
+    subs = (*a, *b)
+    units = _units(subs)
+    if units is not None:
+        mats = [unit_matrix(s, units, "_ttft") for s in subs]
+    else:
+        mats = [_matrix_of_own(s) for s in subs]
+    point, draws = stats.log_quantile_draws(
+        mats,
+        0.5,
+        paired=units is not None,
+        n_resamples=boot.n_resamples,
+        seed=stats.stable_seed(boot.seed, "compare", *key.values()),
+    )
+    return _CellData(key, a, b, units, point, draws)
+
+
+def _matrix_of_own(sub: pl.DataFrame) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """A run's own sessions as units, or its requests when some row has no session."""
+    if sub.is_empty() or sub["session_index"].null_count():
+        return sub["_ttft"].drop_nulls().to_numpy().astype(np.float64)
+    return unit_matrix(sub, sorted(sub["session_index"].unique().to_list()), "_ttft")
+
+
+def _replicate_groups(cells: Sequence[_CellData]) -> list[tuple[Any, Any]]:
+    """Per cell and side with several runs: the runs' log medians and deviation variances."""
+    groups = []
+    for cell in cells:
+        for point, draws in zip(cell.split(cell.point), cell.split(cell.draws), strict=True):
+            if point.size < 2:
+                continue
+            deviation = draws - np.nanmean(draws, axis=1, keepdims=True)
+            groups.append((point, np.nanvar(deviation, axis=0)))
+    return groups
+
+
+def resolve_run_noise(cells: Sequence[_CellData], given: RunNoise | None) -> RunNoise:
+    """The run-to-run noise to use (module docstring: given, replicates, store, default)."""
+    if given is not None:
+        return given
+    tau, df = stats.replicate_noise(_replicate_groups(cells))
+    if df > 0 and math.isfinite(tau):
+        return RunNoise(tau, "estimated from the spread between the runs of a side", float(df))
+    return DEFAULT_RUN_NOISE
+
+
+def _latency_test(cell: _CellData, noise: RunNoise) -> stats.LogTest:
+    point_a, point_b = cell.split(cell.point)
+    draws_a, draws_b = cell.split(cell.draws)
+    estimate = float(np.mean(point_b) - np.mean(point_a))
+    diff = np.nanmean(draws_b, axis=1) - np.nanmean(draws_a, axis=1)
+    n = cell.n_units
+    sampling = stats.robust_sd(diff) * stats.small_sample_factor(n)
+    run_var = noise.sd**2 * (1 / point_a.size + 1 / point_b.size)
+    parts = [(sampling**2, float(n - 1)), (run_var, noise.df)]
+    se = math.sqrt(sampling**2 + run_var) if math.isfinite(sampling) else math.nan
+    return stats.LogTest(estimate, se, stats.welch_df(parts))
+
+
+def _session_failure_shares(subs: Sequence[pl.DataFrame], units: list[Any]) -> Any:
+    """Per session: the share of its requests in the cell that failed, over the runs."""
+    frame = pl.concat([s.select("session_index", "_failed") for s in subs])
+    shares = frame.group_by("session_index").agg(pl.col("_failed").mean())
+    lookup = dict(zip(shares["session_index"].to_list(), shares["_failed"].to_list(), strict=True))
+    return np.array([lookup.get(u, np.nan) for u in units], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _FailureTest:
+    p_worse: float  # B fails more (sessions as units)
+    no_worse: bool  # B's failure share surely within the margin of A's
+
+
+def _failure_test(cell: _CellData, margin: float, alpha: float) -> _FailureTest:
+    failed_a = sum(float(s["_failed"].sum()) for s in cell.subs_a)
+    failed_b = sum(float(s["_failed"].sum()) for s in cell.subs_b)
+    if failed_b == 0 and failed_a == 0:
+        return _FailureTest(1.0, True)
+    if cell.units is not None:
+        diff = _session_failure_shares(cell.subs_b, cell.units) - _session_failure_shares(
+            cell.subs_a, cell.units
+        )
+        p = stats.sign_test_greater(diff)
+        bound = stats.upper_mean_bound(diff, conf=1 - alpha)
+        return _FailureTest(p, bool(np.nanmax(diff) <= 0 or bound <= margin))
+    shares = [_own_failure_shares(cell.subs_a), _own_failure_shares(cell.subs_b)]
+    p = stats.mann_whitney(shares[0], shares[1], alternative="b-greater").p_value
+    upper = stats.upper_mean_bound(shares[1], conf=1 - alpha) - float(np.mean(shares[0]))
+    return _FailureTest(1.0 if math.isnan(p) else p, bool(failed_b <= failed_a or upper <= margin))
+
+
+def _own_failure_shares(subs: Sequence[pl.DataFrame]) -> Any:
+    frame = pl.concat([s.select("session_index", "_failed") for s in subs])
+    if frame["session_index"].null_count():
+        return frame["_failed"].to_numpy().astype(np.float64)
+    return frame.group_by("session_index").agg(pl.col("_failed").mean())["_failed"].to_numpy()
+
+
+def _median_s(subs: Sequence[pl.DataFrame]) -> float | None:
+    values = np.concatenate([s["_ttft"].drop_nulls().to_numpy() for s in subs])
+    if values.size == 0:
+        return None
+    return float(np.median(np.where(np.isposinf(values), stats.FAILED, values)))
+
+
+def _decide(
+    test: stats.LogTest,
+    fails: _FailureTest,
+    holm_slower: float,
+    holm_faster: float,
+    threshold: float,
+    alpha: float,
+) -> tuple[str, str]:
+    """A cell's decision and why (see the module docstring)."""
+    if holm_slower < alpha:
+        slow_latency = test.p_above(1 + threshold) <= fails.p_worse
+        return "slower", "latency" if slow_latency else "fails more"
+    if not fails.no_worse:
+        return "inconclusive", "more failures in B"
+    if holm_faster < alpha:
+        return "faster", ""
+    equivalent = max(test.p_below(1 + threshold), test.p_above(1 - threshold)) < alpha
+    return ("no change", "") if equivalent else ("inconclusive", "")
+
+
+def _cell_rows(
+    cells: Sequence[_CellData], noise: RunNoise, threshold: float, alpha: float, margin: float
+) -> list[dict[str, Any]]:
+    """One decided row per cell held by both sides; Holm over the cells that can decide."""
+    tests = [_latency_test(c, noise) for c in cells]
+    fails = [_failure_test(c, margin, alpha) for c in cells]
+    able = np.array([c.n_units >= MIN_SESSIONS for c in cells])
+    slower = np.array(
+        [[t.p_above(1 + threshold), f.p_worse] for t, f in zip(tests, fails, strict=True)]
+    ).reshape(-1, 2)
+    faster = np.array([t.p_below(1 - threshold) for t in tests])
+    slower_adj = stats.holm(np.where(able[:, None], slower, np.nan).ravel()).reshape(-1, 2)
+    faster_adj = stats.holm(np.where(able, faster, np.nan))
+    conf = 1 - 2 * alpha
     rows = []
-    for key in sorted(set(side_a) | set(side_b), key=str):
-        sub_a, sub_b = side_a.get(key), side_b.get(key)
-        row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
-        xa = sample(sub_a) if sub_a is not None else np.empty(0)
-        xb = sample(sub_b) if sub_b is not None else np.empty(0)
-        row.update(n_a=int(xa.size), n_b=int(xb.size), median_a_s=_median(xa))
-        row.update(median_b_s=_median(xb), decision=MISSING, paired=False, sessions=0)
-        if sub_a is not None and sub_b is not None:
-            seed = stats.stable_seed(boot.seed, "compare", *key)
-            ci, paired = _ratio(sub_a, sub_b, boot, seed)
-            row.update(
-                ratio=finite_or_none(ci.estimate),
-                ratio_ci_low=finite_or_none(ci.low),
-                ratio_ci_high=finite_or_none(ci.high),
-                decision=stats.decide_ratio(ci.low, ci.high, threshold),
-                paired=paired,
-                sessions=ci.n,
-            )
-        rows.append(row)
+    for i, (cell, test, fail) in enumerate(zip(cells, tests, fails, strict=True)):
+        p_slow = float(np.nanmin(slower_adj[i])) if able[i] else math.nan
+        if able[i]:
+            decision, why = _decide(test, fail, p_slow, float(faster_adj[i]), threshold, alpha)
+        else:
+            decision, why = "inconclusive", f"fewer than {MIN_SESSIONS} sessions"
+        low, high = test.interval(conf)
+        rows.append(
+            {
+                **_sizes(cell),
+                "sessions": cell.n_units,
+                "paired": cell.units is not None,
+                "ratio": math.exp(test.estimate) if math.isfinite(test.estimate) else None,
+                "ratio_ci_low": low if math.isfinite(low) else None,
+                "ratio_ci_high": high if math.isfinite(high) else None,
+                "p_slower": p_slow if math.isfinite(p_slow) else None,
+                "decision": decision,
+                "why": why,
+            }
+        )
     return rows
+
+
+def _sizes(cell: _CellData) -> dict[str, Any]:
+    def count(subs: Sequence[pl.DataFrame], failed: bool) -> int:
+        return int(sum((s["_failed"].sum() if failed else s.height) for s in subs))
+
+    return {
+        **cell.key,
+        "n_a": count(cell.subs_a, False),
+        "n_b": count(cell.subs_b, False),
+        "failed_a": count(cell.subs_a, True),
+        "failed_b": count(cell.subs_b, True),
+        "median_a_s": _median_s(cell.subs_a),
+        "median_b_s": _median_s(cell.subs_b),
+    }
 
 
 def verdict_of(decisions: list[str]) -> Verdict:
@@ -215,8 +445,10 @@ def verdict_of(decisions: list[str]) -> Verdict:
     return "faster" if "faster" in compared else "no change"
 
 
-def _result_notes(frame: pl.DataFrame) -> list[str]:
-    """What the reader must know about pairing, missing cells and session counts."""
+def _result_notes(
+    frame: pl.DataFrame, noise: RunNoise, threshold: float, conf: float, runs_a: int, runs_b: int
+) -> list[str]:
+    """What the reader must know about pairing, missing cells, session counts, noise."""
     notes = []
     compared = frame.filter(pl.col("decision") != MISSING)
     unpaired = compared.filter(~pl.col("paired")).height
@@ -227,37 +459,91 @@ def _result_notes(frame: pl.DataFrame) -> list[str]:
         )
     missing = frame.height - compared.height
     if missing:
-        notes.append(f"note: {missing} cells are in one run only; left out of the verdict")
+        notes.append(f"note: {missing} cells are in one side only; left out of the verdict")
     few = compared.filter(pl.col("sessions") < MIN_SESSIONS)
     if few.height:
         fewest = int(few["sessions"].to_numpy().min())
         notes.append(
             f"warning: {few.height} cells rest on fewer than {MIN_SESSIONS} sessions (as few "
-            f"as {fewest}); their intervals cover less than stated (README, Analysis), so "
-            "decisions there are less certain"
+            f"as {fewest}): not enough data for a decision there, so they are inconclusive"
+        )
+    half = float(sps.norm.ppf(0.5 + conf / 2)) * noise.sd * math.sqrt(1 / runs_a + 1 / runs_b)
+    if compared.height and math.expm1(half) > threshold:
+        notes.append(
+            f"note: with {runs_a} and {runs_b} runs a side, the {noise.sd:.1%} run-to-run "
+            f"noise alone makes a {conf:.0%} interval about +-{math.expm1(half):.0%} wide, so "
+            f"'no change' within +-{threshold:.0%} cannot be shown; more runs a side narrow it"
         )
     return notes
 
 
 def compare_runs(
-    run_a: Run,
-    run_b: Run,
+    run_a: Run | Sequence[Run],
+    run_b: Run | Sequence[Run],
     *,
     threshold: float = 0.05,
     alpha: float = 0.05,
+    failure_margin: float = 0.02,
     force: bool = False,
     boot: Bootstrap = DEFAULT_BOOTSTRAP,
+    run_noise: RunNoise | None = None,
 ) -> Comparison:
-    """Compare run B against baseline run A cell by cell; see the module docstring.
+    """Compare side B (one run or several) against baseline side A cell by cell.
 
-    ``alpha`` is the level of each test: intervals are ``1 - 2 alpha`` (``boot.conf`` is
-    replaced). A :class:`RunDirError` when the runs are not comparable and not forced.
+    See the module docstring. ``alpha`` is the level of each test (intervals are
+    ``1 - 2 alpha``); ``failure_margin`` the largest rise in the share of failed requests
+    that still counts as the same; ``run_noise`` the run-to-run noise (None: estimated
+    from replicate runs when a side has several, else :data:`DEFAULT_RUN_NOISE`). A
+    :class:`RunDirError` when the runs are not comparable and not forced.
     """
-    if not threshold >= 0 or not 0 < alpha < 0.5:
-        raise ValueError("threshold must be >= 0 and alpha in (0, 0.5)")
-    notes = _check_comparable(run_a, run_b, force)
-    boot = replace(boot, conf=1.0 - 2.0 * alpha)
-    rows = _cells(run_a, run_b, boot, threshold)
-    frame = frame_from_rows(rows, CELL_KEYS, run_a.requests, COMPARE_VALUES).sort(list(CELL_KEYS))
+    if not threshold >= 0 or not 0 < alpha < 0.5 or not 0 <= failure_margin < 1:
+        raise ValueError("threshold must be >= 0, alpha in (0, 0.5), failure_margin in [0, 1)")
+    side_a = (run_a,) if isinstance(run_a, Run) else tuple(run_a)
+    side_b = (run_b,) if isinstance(run_b, Run) else tuple(run_b)
+    if not side_a or not side_b:
+        raise ValueError("each side needs at least one run")
+    notes = _check_comparable((*side_a, *side_b), force)
+    parts = [
+        {tuple(k.values()): sub for k, sub in partition(_with_failures(r), CELL_KEYS)}
+        for r in (*side_a, *side_b)
+    ]
+    keys = sorted(set().union(*parts), key=str)
+    k = len(side_a)
+    cells, rows = [], []
+    for key in keys:
+        named = dict(zip(CELL_KEYS, key, strict=True))
+        subs = [p.get(key) for p in parts]
+        if any(s is None for s in subs):
+            rows.append(_missing_row(named, subs[:k], subs[k:]))
+            continue
+        cells.append(_resampled(named, tuple(subs[:k]), tuple(subs[k:]), boot))  # type: ignore[arg-type]
+    noise = resolve_run_noise(cells, run_noise)
+    rows += _cell_rows(cells, noise, threshold, alpha, failure_margin)
+    frame = frame_from_rows(rows, CELL_KEYS, side_a[0].requests, COMPARE_VALUES)
+    frame = frame.sort(list(CELL_KEYS))
     verdict = verdict_of(frame["decision"].to_list())
-    return Comparison(frame, verdict, threshold, boot.conf, (*notes, *_result_notes(frame)))
+    conf = 1.0 - 2.0 * alpha
+    extra = _result_notes(frame, noise, threshold, conf, len(side_a), len(side_b))
+    notes = (*notes, *extra)
+    return Comparison(frame, verdict, threshold, conf, noise, notes)
+
+
+def _missing_row(
+    key: dict[str, Any],
+    subs_a: Sequence[pl.DataFrame | None],
+    subs_b: Sequence[pl.DataFrame | None],
+) -> dict[str, Any]:
+    def n(subs: Sequence[pl.DataFrame | None]) -> int:
+        return sum(s.height for s in subs if s is not None)
+
+    return {
+        **key,
+        "n_a": n(subs_a),
+        "n_b": n(subs_b),
+        "failed_a": 0,
+        "failed_b": 0,
+        "sessions": 0,
+        "paired": False,
+        "decision": MISSING,
+        "why": "",
+    }

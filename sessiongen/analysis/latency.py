@@ -18,6 +18,10 @@ Definitions (the README links here)
   which; ``n_units`` counts the sessions. Intervals are expanded for small session
   counts (Hesterberg 2015); below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` they
   still cover less than stated (:func:`sessiongen.analysis.adequacy.interval_warnings`).
+- **Standard errors** ``ttft_log_se`` and ``speedup_log_se``: the bootstrap standard
+  error of the log median (or log speedup) over the same resamples, corrected for the
+  session count (:func:`sessiongen.analysis.stats.log_se`); the trend store keeps them,
+  so that a night's weight never depends on how wide or expanded its interval was.
 - **Per-arm intervals** (median and p90 TTFT) resample sessions as units, each with all
   its blocks (a cluster bootstrap): the requests of one session are not independent, and
   resampling them as if they were gave intervals that missed the variation between
@@ -76,6 +80,7 @@ def arm_turn_table(
                 "median_ttft_s": med.estimate,
                 "ci_low_s": med.low,
                 "ci_high_s": med.high,
+                "ttft_log_se": med.log_se,
                 "p90_ttft_s": p90.estimate,
                 "p90_ci_low_s": p90.low,
                 "p90_ci_high_s": p90.high,
@@ -88,6 +93,7 @@ def arm_turn_table(
         "median_ttft_s",
         "ci_low_s",
         "ci_high_s",
+        "ttft_log_se",
         "p90_ttft_s",
         "p90_ci_low_s",
         "p90_ci_high_s",
@@ -153,6 +159,7 @@ SPEEDUP_VALUES: dict[str, pl.DataType] = {
     "speedup": pl.Float64(),
     "speedup_ci_low": pl.Float64(),
     "speedup_ci_high": pl.Float64(),
+    "speedup_log_se": pl.Float64(),
     "paired": pl.Boolean(),
     "n_units": pl.Int64(),
 }
@@ -184,6 +191,7 @@ def _speedup_rows(
                 "speedup": finite_or_none(ci.estimate),
                 "speedup_ci_low": finite_or_none(ci.low),
                 "speedup_ci_high": finite_or_none(ci.high),
+                "speedup_log_se": finite_or_none(ci.log_se),
                 "paired": paired,
                 "n_units": units,
             }

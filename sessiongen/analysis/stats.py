@@ -33,7 +33,19 @@ Methods
   correction, exact for small tie-free samples): a rank test that suits skewed latencies.
   Its effect size is the probability of superiority ``P(B > A) + P(B = A) / 2 = U_B /
   (n_A n_B)`` (McGraw & Wong 1992, the "common language" effect size).
-- **Holm-Bonferroni** step-down adjustment for a family of p-values (Holm 1979).
+- **Holm-Bonferroni** step-down adjustment for a family of p-values (Holm 1979): the
+  family-wise error rate stays at most ``alpha`` however many cells are tested.
+- **Log-scale bootstrap standard error** (:func:`log_quantile_draws`, :func:`robust_sd`):
+  the spread of the bootstrapped log quantiles, read off their 15.9 and 84.1 percentiles
+  (one SD either side at the normal, and finite even when a few resamples are extreme),
+  times ``sqrt(n / (n - 1))``, the small-sample correction the expanded percentile
+  interval makes (the bootstrap's plug-in variance divides by ``n``, not ``n - 1``).
+  Failed requests count as slower than any finished one: they enter as :data:`FAILED`,
+  so a quantile that lands on a failure is "failed", never a fast value.
+- **Welch-Satterthwaite** degrees of freedom of a sum of variance components with their
+  own degrees of freedom (Satterthwaite 1946, *Biometrics Bulletin* 2:110), for a
+  sampling error over ``n`` sessions (``n - 1`` df) plus a run-to-run noise that is
+  given (infinite df) or estimated from replicate runs.
 - **Deciding on an interval** (:func:`decide_ratio`): a ratio B/A is "slower" when its
   whole ``1 - 2 alpha`` interval lies above ``1 + threshold``, "faster" when wholly below
   ``1 - threshold`` (each a one-sided test at level ``alpha``), "no change" when it lies
@@ -61,6 +73,11 @@ from scipy import stats as sps
 Array = npt.NDArray[np.float64]
 SeedLike = int | Sequence[int]
 
+#: What a failed request counts as in a quantile, in seconds: larger than any latency, yet
+#: finite, so interpolated quantiles and logs stay defined (log(FAILED) ~ 20.7).
+FAILED = 1e9
+#: A quantile at or above this is "failed": it landed on (or between) failed requests.
+FAILED_FROM = FAILED / 4
 #: Upper bound on elements in one resample matrix (keeps memory near 32 MB).
 _CHUNK_ELEMENTS = 1 << 22
 #: Fewest resampled sessions for which the (expanded, paired) percentile interval of a
@@ -76,12 +93,15 @@ class Interval:
 
     ``n`` counts the values (or, for paired resampling, the units) behind the estimate.
     An empty sample gives NaN everywhere; a sample of one gives a zero-width interval.
+    ``log_se`` is the bootstrap standard error of ``log(estimate)`` (:func:`log_se`):
+    what a later reader (the trend) needs, whatever level and expansion the interval has.
     """
 
     estimate: float
     low: float
     high: float
     n: int
+    log_se: float = math.nan
 
     def excludes(self, value: float) -> bool:
         """True when ``value`` lies outside the interval (NaN intervals exclude nothing)."""
@@ -212,7 +232,7 @@ def bootstrap_quantile(
     (boot,) = _resample_stat([mat], q, n_resamples, rng)
     n = int(mat.shape[0])
     low, high = _percentiles(boot, expanded_conf(conf, n) if expand else conf)
-    return Interval(estimate, low, high, n)
+    return Interval(estimate, low, high, n, log_se(boot, n))
 
 
 def bootstrap_ratio(
@@ -260,7 +280,7 @@ def bootstrap_ratio(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = boot_a / boot_b
     low, high = _percentiles(ratios, expanded_conf(conf, n) if expand else conf)
-    return Interval(estimate, low, high, n)
+    return Interval(estimate, low, high, n, log_se(ratios, n))
 
 
 def t_interval(values: npt.ArrayLike, *, conf: float = 0.95) -> Interval:
@@ -367,3 +387,179 @@ class Bootstrap:
 
 
 DEFAULT_BOOTSTRAP = Bootstrap()
+
+
+def robust_sd(draws: npt.ArrayLike) -> float:
+    """SD of bootstrap draws from their 15.9 and 84.1 percentiles (NaN when < 2 finite)."""
+    x = _clean(draws)
+    if x.size < 2:
+        return math.nan
+    low, high = np.quantile(x, [sps.norm.cdf(-1.0), sps.norm.cdf(1.0)])
+    return float(high - low) / 2.0
+
+
+def log_se(boot: npt.ArrayLike, n: int) -> float:
+    """Standard error of a log statistic from its bootstrap values (module docstring).
+
+    The robust SD of the logs of the positive finite values, times
+    :func:`small_sample_factor`; NaN with fewer than 2 units or 2 usable values.
+    """
+    x = _clean(boot)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(x[x > 0])
+    return robust_sd(logs) * small_sample_factor(n)
+
+
+def small_sample_factor(n: int) -> float:
+    """``sqrt(n / (n - 1))``: how much a bootstrap SE over ``n`` units is too small."""
+    return math.sqrt(n / (n - 1)) if n >= 2 else math.nan
+
+
+def log_quantile_draws(
+    mats: Sequence[npt.ArrayLike],
+    q: float = 0.5,
+    *,
+    paired: bool,
+    n_resamples: int = 2000,
+    seed: SeedLike = 0,
+) -> tuple[Array, Array]:
+    """Log ``q``-quantile of each matrix, and its bootstrap draws (``n_resamples x k``).
+
+    Each matrix is units x values (NaN padding; ``+inf`` a failed request, counted as
+    :data:`FAILED`). ``paired``: every matrix has the same units in the same rows (one
+    session seen in several runs), and every draw takes the same units from all of them;
+    otherwise each is resampled on its own. A matrix without values gives NaN.
+    """
+    _check(0.5, n_resamples, q)
+    rng = np.random.default_rng(seed)
+    prepared = [_failed_as_large(np.asarray(m, dtype=np.float64)) for m in mats]
+    point = np.array([_log_quantile(m, q) for m in prepared])
+    if paired:
+        rows = {m.shape[0] for m in prepared}
+        if len(rows) != 1:
+            raise ValueError("paired: every matrix must have one row per unit, aligned")
+        draws = _resample_stat(prepared, q, n_resamples, rng) if rows != {0} else []
+    else:
+        draws = [
+            _resample_stat([m], q, n_resamples, rng)[0]
+            if m.shape[0]
+            else np.full(n_resamples, np.nan)
+            for m in (_units(m) for m in prepared)
+        ]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.column_stack(draws)) if draws else np.empty((n_resamples, 0))
+    return point, np.where(np.isfinite(logs), logs, np.nan)
+
+
+def _failed_as_large(mat: Array) -> Array:
+    mat = mat[:, None] if mat.ndim == 1 else mat
+    return np.where(np.isposinf(mat), FAILED, np.where(np.isfinite(mat), mat, np.nan))
+
+
+def _log_quantile(mat: Array, q: float) -> float:
+    flat = _clean(mat)
+    if flat.size == 0:
+        return math.nan
+    value = float(np.quantile(flat, q))
+    return math.log(value) if value > 0 else math.nan
+
+
+def welch_df(parts: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite df of a sum of variances ``(variance, df)`` (``inf`` df: known)."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df) and df > 0)
+    if total <= 0:
+        return math.inf
+    return total * total / denom if denom > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class LogTest:
+    """A log ratio with its standard error and df: intervals and one-sided tests on it.
+
+    ``estimate`` is ``log(B / A)``, ``se`` its standard error, ``df`` the degrees of
+    freedom of ``se`` (Student's t; ``inf``: normal).
+    """
+
+    estimate: float
+    se: float
+    df: float
+
+    def _t(self, bound: float) -> float:
+        if self.se > 0:
+            return (self.estimate - bound) / self.se
+        diff = self.estimate - bound
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+
+    def p_above(self, ratio: float) -> float:
+        """One-sided p-value of "B/A > ratio" (small: surely above)."""
+        if math.isnan(self.estimate) or math.isnan(self.se):
+            return 1.0
+        return float(sps.t.sf(self._t(math.log(ratio)), self.df))
+
+    def p_below(self, ratio: float) -> float:
+        """One-sided p-value of "B/A < ratio" (small: surely below)."""
+        if math.isnan(self.estimate) or math.isnan(self.se):
+            return 1.0
+        return float(sps.t.cdf(self._t(math.log(ratio)), self.df))
+
+    def interval(self, conf: float) -> tuple[float, float]:
+        """Two-sided ``conf`` interval of B/A (NaN when unknown)."""
+        if not (math.isfinite(self.estimate) and math.isfinite(self.se)):
+            return math.nan, math.nan
+        half = float(sps.t.ppf(0.5 + conf / 2.0, self.df)) * self.se
+        return math.exp(self.estimate - half), math.exp(self.estimate + half)
+
+
+def sign_test_greater(diffs: npt.ArrayLike) -> float:
+    """Exact one-sided sign test of "the differences tend to be positive" (zeros dropped).
+
+    p = P(Binomial(n_+ + n_-, 1/2) >= n_+); 1 when no difference is positive.
+    """
+    x = _clean(diffs)
+    plus, minus = int((x > 0).sum()), int((x < 0).sum())
+    if plus == 0:
+        return 1.0
+    return float(sps.binom.sf(plus - 1, plus + minus, 0.5))
+
+
+def upper_mean_bound(values: npt.ArrayLike, *, conf: float) -> float:
+    """One-sided upper ``conf`` bound of a mean (Student t); the value itself when all equal."""
+    x = _clean(values)
+    if x.size == 0:
+        return math.nan
+    mean = float(x.mean())
+    if x.size < 2:
+        return math.inf if mean != 0 else 0.0
+    sd = float(x.std(ddof=1))
+    return mean + float(sps.t.ppf(conf, x.size - 1)) * sd / math.sqrt(x.size)
+
+
+def replicate_noise(groups: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]]) -> tuple[float, int]:
+    """Run-to-run SD ``tau`` from replicate runs, and its degrees of freedom.
+
+    Each group is one cell seen in ``k >= 2`` runs: ``(y, v)`` with ``y`` the runs'
+    log values and ``v`` the sampling variance of each run's deviation from the group
+    mean (what the request noise alone would give it; for runs of the same sessions a
+    paired bootstrap estimates it, so the sessions' own spread, common to all runs,
+    cancels). With ``y_r = mu + e_r + s_r``, ``var(e) = tau^2``:
+    ``E[sum (y_r - ybar)^2] = (k - 1) tau^2 + sum v_r``, so pooled over the groups
+    (the method of moments, as for a variance component beside known variances: Paule
+    & Mandel 1982) ``tau^2 = max(0, (sum SS - sum v) / sum (k - 1))`` on
+    ``sum (k - 1)`` degrees of freedom.
+    """
+    ss = explained = 0.0
+    df = 0
+    for y_raw, v_raw in groups:
+        y = np.asarray(y_raw, dtype=np.float64)
+        v = np.asarray(v_raw, dtype=np.float64)
+        keep = np.isfinite(y) & np.isfinite(v)
+        if keep.sum() < 2:
+            continue
+        yk = y[keep]
+        ss += float(((yk - yk.mean()) ** 2).sum())
+        explained += float(v[keep].sum())
+        df += int(keep.sum()) - 1
+    if df == 0:
+        return math.nan, 0
+    return math.sqrt(max(0.0, (ss - explained) / df)), df

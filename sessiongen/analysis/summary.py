@@ -12,14 +12,27 @@ from sessiongen.analysis.verdicts import CELL_COUNTS, correctness_cells
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run
 
+#: The speedup columns, filled on ON rows only.
+SPEEDUP_COLUMNS = (
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "speedup_log_se",
+    "speedup_sessions",
+)
+
 
 def run_summary(
     run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP, logprob_tol: float = LOGPROB_TOL
 ) -> pl.DataFrame:
     """One row per (placement, cache, context_tokens, turn) with the headline metrics.
 
-    The speedup columns are filled on the ``cache == "on"`` rows only (the speedup is what
-    turning the cache on buys, relative to the OFF row of the same placement and turn).
+    Intervals are 95% expanded bootstrap intervals over sessions; ``sessions`` counts
+    the sessions behind each arm's (``speedup_sessions``: the speedup's), and
+    ``ttft_log_se`` / ``speedup_log_se`` are the standard errors of the logs (what the
+    trend weighs nights by). The speedup columns are filled on the ``cache == "on"`` rows
+    only (the speedup is what turning the cache on buys, relative to the OFF row of the
+    same placement and turn).
     The correctness counts are judged against the OFF arm on the same prompt
     (:func:`sessiongen.analysis.verdicts.correctness_cells`): ``cache_failures`` and
     ``divergences`` (ON answers differing from OFF's, ``logprob_tol`` on first-token
@@ -29,7 +42,12 @@ def run_summary(
     cell = ["placement", "context_tokens", "turn"]
     arm = arm_turn_table(run, boot=boot)
     speed = speedup_table(run, boot=boot).select(
-        *cell, "speedup", "speedup_ci_low", "speedup_ci_high"
+        *cell,
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "speedup_log_se",
+        speedup_sessions="n_units",
     )
     counts = correctness_cells(run, logprob_tol=logprob_tol)
     needle = needle_grades(run).select(*CELL_KEYS, needle_graded="graded", needle_correct="correct")
@@ -40,21 +58,21 @@ def run_summary(
     )
     on_rows = [
         pl.when(pl.col("cache") == "on").then(pl.col(c)).otherwise(None).alias(c)
-        for c in ("speedup", "speedup_ci_low", "speedup_ci_high")
+        for c in SPEEDUP_COLUMNS
     ]
     return (
         out.with_columns(*on_rows, pl.col(*CELL_COUNTS).fill_null(0))
         .select(
             *CELL_KEYS,
             "n",
+            "sessions",
             "errors",
             "median_ttft_s",
             "ci_low_s",
             "ci_high_s",
+            "ttft_log_se",
             "p90_ttft_s",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
+            *SPEEDUP_COLUMNS,
             "contamination",
             "divergences",
             "needle_graded",

@@ -7,7 +7,7 @@
 - :mod:`.nightly`: the nightly job (:func:`run_nightly`).
 """
 
-from sessiongen.trend.check import WINDOW, CheckResult, trend_check
+from sessiongen.trend.check import WINDOW, CheckResult, store_run_noise, trend_check
 from sessiongen.trend.nightly import NightlyResult, run_nightly
 from sessiongen.trend.plot import trend_plot
 from sessiongen.trend.store import STORE_VERSION, RunIdentity, load_store, trend_add
@@ -20,6 +20,7 @@ __all__ = [
     "RunIdentity",
     "load_store",
     "run_nightly",
+    "store_run_noise",
     "trend_add",
     "trend_check",
     "trend_plot",

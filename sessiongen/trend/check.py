@@ -46,7 +46,9 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from sessiongen.analysis.compare import RunNoise
 from sessiongen.analysis.frames import rows_frame
+from sessiongen.analysis.stats import expanded_conf
 from sessiongen.errors import UserError
 from sessiongen.records.format import CELL_KEYS as CELL
 from sessiongen.trend.stepdetect import (
@@ -65,20 +67,34 @@ WINDOW = 90
 
 @dataclass(frozen=True)
 class Metric:
-    """A fitted series: its column, interval columns and which direction is worse."""
+    """A fitted series: its column, interval, standard-error and session-count columns,
+    and which direction is worse."""
 
     name: str
     column: str
     ci_low: str
     ci_high: str
+    log_se: str
+    sessions: str
     higher_is_worse: bool
     cache: str | None = None  # only rows of this cache arm carry the metric
 
 
 METRICS = (
-    Metric("ttft", "median_ttft_s", "ci_low_s", "ci_high_s", higher_is_worse=True),
-    Metric("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", False, cache="on"),
+    Metric("ttft", "median_ttft_s", "ci_low_s", "ci_high_s", "ttft_log_se", "sessions", True),
+    Metric(
+        "speedup",
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "speedup_log_se",
+        "speedup_sessions",
+        False,
+        cache="on",
+    ),
 )
+#: The level of the stored intervals (95%, expanded for the session count: Hesterberg).
+STORED_CONF = 0.95
 #: Count metrics that are regressions at any size on the newest night.
 ANY_SIZE = ("cache_failures", "contamination")
 
@@ -166,9 +182,12 @@ def with_time_scale(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> NDArray[np.float64]:
-    """A column of one cell's rows as an array over the nights (NaN where missing)."""
+    """A column of one cell's rows as an array over the nights (NaN where missing, and
+    everywhere when an older store lacks the column)."""
     index = {rid: i for i, rid in enumerate(nights.run_ids)}
     out = np.full(len(nights.run_ids), np.nan)
+    if column not in sub.columns:
+        return out
     for rid, value in zip(sub["run_id"].to_list(), sub[column].to_list(), strict=True):
         if value is not None:
             out[index[rid]] = float(value)
@@ -214,6 +233,8 @@ class _Cell:
     values: NDArray[np.float64]
     low: NDArray[np.float64]
     high: NDArray[np.float64]
+    log_se: NDArray[np.float64]
+    sessions: NDArray[np.float64]
 
     @property
     def logs(self) -> NDArray[np.float64]:
@@ -222,7 +243,37 @@ class _Cell:
 
     @property
     def sigma(self) -> NDArray[np.float64]:
-        return sigma_from_ci(self.low, self.high)
+        """Each night's sampling SD on the log scale: the stored standard error, else the
+        interval read at the level it was made at (:func:`night_sigma`)."""
+        return night_sigma(self.low, self.high, self.log_se, self.sessions)
+
+
+def night_sigma(
+    low: NDArray[np.float64],
+    high: NDArray[np.float64],
+    log_se: NDArray[np.float64],
+    sessions: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """A night's sampling SD on the log scale.
+
+    Stores since the standard error was kept (``*_log_se``) give it directly. Older ones
+    hold only the interval, a 95% interval *expanded* for the session count (Hesterberg's
+    :func:`~sessiongen.analysis.stats.expanded_conf`: 99.98% wide at 4 sessions, 98.9% at
+    8); reading it as a plain 95% interval made sigma 1.2-1.9x too large at 4-8
+    sessions, so night noise was underestimated. With the session count known the
+    interval is read at the level it was made at; without it, as 95% (the oldest stores).
+    """
+    conf = np.array(
+        [
+            expanded_conf(STORED_CONF, int(n)) if np.isfinite(n) and n >= 2 else STORED_CONF
+            for n in sessions
+        ]
+    )
+    from_ci = np.array(
+        [sigma_from_ci([lo], [hi], conf=c)[0] for lo, hi, c in zip(low, high, conf, strict=True)]
+    )
+    known = np.isfinite(log_se) & (log_se >= 0)
+    return np.where(known, log_se, from_ci)
 
 
 def _cells(frame: pl.DataFrame, nights: Nights, metric: Metric) -> list[_Cell]:
@@ -237,6 +288,8 @@ def _cells(frame: pl.DataFrame, nights: Nights, metric: Metric) -> list[_Cell]:
             _aligned(sub, nights, metric.column),
             _aligned(sub, nights, metric.ci_low),
             _aligned(sub, nights, metric.ci_high),
+            _aligned(sub, nights, metric.log_se),
+            _aligned(sub, nights, metric.sessions),
         )
         for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items()
     ]
@@ -533,3 +586,34 @@ def trend_check(
         series=sum(len(series) for _n, series, _c in groups),
         groups={nights.key: len(nights.run_ids) for nights, _s, _c in groups},
     )
+
+
+def store_run_noise(store: str | Path, run: Any) -> RunNoise | None:
+    """The run-to-run noise of a run's cells as the trend store measured it, or None.
+
+    The store's nights of the run's scenario (folder), target kind and time scale: the
+    night-to-night noise ``tau`` of the median TTFT series pooled over all their cells
+    (:func:`~sessiongen.trend.stepdetect.pooled_night_noise`, at its 60% upper bound as
+    the check uses it). None when the store holds fewer than three such nights.
+    """
+    folder = f"{run.meta.scenario_name}-{run.meta.scenario_digest}"
+    try:
+        frame = load_store(store, {folder})
+    except UserError:
+        return None
+    metric = METRICS[0]
+    for nights, sub in night_groups(frame):
+        same_kind = nights.target_kind == run.meta.target_kind
+        if not same_kind or not math.isclose(nights.time_scale, run.time_scale, rel_tol=1e-9):
+            continue
+        if len(nights.run_ids) < 3:
+            return None
+        cells = _cells(sub, nights, metric)
+        tau = pooled_night_noise([(c.logs, c.sigma) for c in cells])
+        diffs = sum(max(0, int(np.isfinite(c.logs).sum()) - 1) for c in cells)
+        return RunNoise(
+            tau,
+            f"the trend store's night-to-night noise over {len(nights.run_ids)} nights",
+            float(diffs),
+        )
+    return None

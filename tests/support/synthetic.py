@@ -51,6 +51,7 @@ class SyntheticSpec:
     slowdown: float = 1.0  # multiplies every latency (a "run B" for compare)
     seed: int = 0  # the scenario seed: sessions (and their per-session factors)
     noise_seed: int = 0  # per-request noise: a repeat run of the same scenario differs here
+    run_sigma: float = 0.0  # per-cell run effect (host, clock, restart luck), from noise_seed
     drift: float = 1.0  # multiplies TTFT in the last OFF block of drift_placement
     drift_placement: str = "fixed"
     contaminate: bool = False  # 2 cold-turn hits (alternate/on) + 1 external hit (off)
@@ -120,7 +121,7 @@ def _request_row(
         base["context_tokens"],
         base["turn"],
     )
-    ttft = true_ttft(spec, placement, cache, ctx, turn) * session_factor
+    ttft = true_ttft(spec, placement, cache, ctx, turn) * session_factor * base.pop("_run")
     ttft *= float(rng.lognormal(0.0, spec.noise_sigma))
     if cache == "off" and placement == spec.drift_placement and base["last_off"]:
         ttft *= spec.drift
@@ -197,6 +198,14 @@ def _rows(spec: SyntheticSpec, run_id: str) -> tuple[list[dict[str, Any]], list[
         for ctx in spec.contexts
         for s in range(spec.sessions)
     }
+    run_rng = np.random.default_rng([spec.seed, spec.noise_seed, 99])
+    run_effect = {
+        (p, c, ctx, t): float(run_rng.lognormal(0.0, spec.run_sigma))
+        for p in spec.placements
+        for c in ("off", "on")
+        for ctx in spec.contexts
+        for t in range(1, spec.turns + 1)
+    }
     rows: list[dict[str, Any]] = []
     blocks: list[dict[str, Any]] = []
     last_off = (
@@ -241,6 +250,7 @@ def _rows(spec: SyntheticSpec, run_id: str) -> tuple[list[dict[str, Any]], list[
                             send_s=clock,
                             last_off=(bip == last_off),
                             salt=salt,
+                            _run=run_effect[(placement, cache, ctx, turn)],
                         )
                         row = _plant(spec, _request_row(spec, rng, base, factors[(ctx, s)]))
                         if row is not None:

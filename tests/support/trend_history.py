@@ -2,7 +2,8 @@
 
 Each night is a frame shaped like :func:`sessiongen.analysis.latency.run_summary` with known
 levels: median TTFT per (placement, cache, context, turn) times lognormal night noise,
-its 95% interval consistent with that noise, and the speedup OFF/ON likewise. A
+its 95% interval (plain, or expanded for the session count as real summaries are) and
+standard error consistent with that noise, and the speedup OFF/ON likewise. A
 :class:`Night` plants effects: a slowdown of some cells, a speedup change, counts.
 ``legacy`` nights are written as stores were before ``cache_failures`` existed (no
 correctness columns but ``divergences`` and the needle grades).
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from scipy import stats as sps
 
+from sessiongen.analysis.stats import expanded_conf
 from sessiongen.trend import store as tstore
 
 Z95 = 1.959963984540054
@@ -52,6 +55,11 @@ class Night:
     legacy: bool = False  # written without the correctness columns of today
     missing: Sequence[tuple[str, str, int]] = ()  # cells absent this night
     versions: Mapping[str, str] = field(default_factory=dict)  # on top of the defaults
+    sessions: int = 16  # sessions behind each interval
+    #: "plain": a 95% normal interval; "expanded": 95% expanded for ``sessions``, as
+    #: run_summary writes them (Hesterberg), far wider at 4 to 8 sessions.
+    interval: str = "plain"
+    store_se: bool = True  # write the standard errors (stores before them had none)
 
 
 def _factor(factors: Factors, placement: str, cache: str, turn: int) -> float:
@@ -70,15 +78,20 @@ def base_ttft(placement: str, cache: str, ctx: int, turn: int) -> float:
     return cold / 4 if placement == "alternate" else 0.3
 
 
-def _draw(night: Night, rng: np.random.Generator, loud: float = 1.0) -> tuple[float, float]:
-    """A night's multiplicative noise and its interval's half-width factor."""
+def _draw(night: Night, rng: np.random.Generator, loud: float = 1.0) -> tuple[float, float, float]:
+    """A night's multiplicative noise, its interval's half-width factor and its log SE."""
     noise = night.noise * loud
+    z = Z95
+    if night.interval == "expanded":
+        z = float(sps.norm.ppf(0.5 + expanded_conf(0.95, night.sessions) / 2))
     if night.ci_noise is None:
-        return math.exp(rng.normal(0.0, noise)), math.exp(Z95 * noise)
+        return math.exp(rng.normal(0.0, noise)), math.exp(z * noise), noise
     within = night.ci_noise * loud * math.exp(rng.normal(0.0, night.ci_jitter))
     between = math.sqrt(max(0.0, noise**2 - (night.ci_noise * loud) ** 2))
     noisy = math.exp(rng.normal(0.0, within) + rng.normal(0.0, between))
-    return noisy, 1.0 if rng.random() < night.zero_width else math.exp(Z95 * within)
+    if rng.random() < night.zero_width:
+        return noisy, 1.0, 0.0
+    return noisy, math.exp(z * within), within
 
 
 def summary_frame(
@@ -97,7 +110,9 @@ def summary_frame(
                 for cache in ("off", "on"):
                     if (placement, cache, turn) in night.missing:
                         continue
-                    noisy, half = _draw(night, rng, _factor(night.louder, placement, cache, turn))
+                    noisy, half, se = _draw(
+                        night, rng, _factor(night.louder, placement, cache, turn)
+                    )
                     ttft = truth[cache] * _factor(night.ttft, placement, cache, turn) * noisy
                     row = {
                         "placement": placement,
@@ -105,14 +120,18 @@ def summary_frame(
                         "context_tokens": ctx,
                         "turn": turn,
                         "n": 16,
+                        "sessions": night.sessions,
                         "errors": night.errors if (cache, turn) == ("on", 2) else 0,
                         "median_ttft_s": ttft,
                         "ci_low_s": ttft / half,
                         "ci_high_s": ttft * half,
+                        "ttft_log_se": se,
                         "p90_ttft_s": ttft * 1.2,
                         "speedup": None,
                         "speedup_ci_low": None,
                         "speedup_ci_high": None,
+                        "speedup_log_se": None,
+                        "speedup_sessions": None,
                         "contamination": night.contamination if cache == "off" and turn == 1 else 0,
                         "divergences": _on_turn(night.divergences, 2, turn, cache, night),
                         "needle_graded": 16,
@@ -130,12 +149,17 @@ def summary_frame(
                             * _factor(night.speedup, placement, "on", turn)
                         )
                         loud = _factor(night.louder, placement, "speedup", turn)
-                        noisy, half = _draw(night, rng, loud)
+                        noisy, half, se = _draw(night, rng, loud)
                         s *= noisy
                         row.update(speedup=s, speedup_ci_low=s / half, speedup_ci_high=s * half)
+                        row.update(speedup_log_se=se, speedup_sessions=night.sessions)
                     rows.append(row)
     frame = pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
-    return frame.drop(*NEW_COLUMNS) if night.legacy else frame
+    if night.legacy:
+        frame = frame.drop(*NEW_COLUMNS)
+    if night.legacy or not night.store_se:
+        frame = frame.drop(*SE_COLUMNS)
+    return frame
 
 
 def _on_turn(count: int, at: int, turn: int, cache: str, night: Night) -> int:
@@ -151,6 +175,8 @@ def _needles_wrong(night: Night, cache: str, turn: int, turns: int) -> int:
 
 #: Summary columns that stores written before ``cache_failures`` lack.
 NEW_COLUMNS = ("cache_failures", "off_inconsistent", "on_only")
+#: Summary columns that stores written before the standard errors were kept lack.
+SE_COLUMNS = ("sessions", "ttft_log_se", "speedup_log_se", "speedup_sessions")
 
 
 SUMMARY_SCHEMA: dict[str, pl.DataType] = {
@@ -159,14 +185,18 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "context_tokens": pl.Int64(),
     "turn": pl.Int32(),
     "n": pl.UInt32(),
+    "sessions": pl.Int64(),
     "errors": pl.UInt32(),
     "median_ttft_s": pl.Float64(),
     "ci_low_s": pl.Float64(),
     "ci_high_s": pl.Float64(),
+    "ttft_log_se": pl.Float64(),
     "p90_ttft_s": pl.Float64(),
     "speedup": pl.Float64(),
     "speedup_ci_low": pl.Float64(),
     "speedup_ci_high": pl.Float64(),
+    "speedup_log_se": pl.Float64(),
+    "speedup_sessions": pl.Int64(),
     "contamination": pl.UInt32(),
     "divergences": pl.UInt32(),
     "needle_graded": pl.UInt32(),

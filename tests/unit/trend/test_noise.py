@@ -10,6 +10,14 @@ Before the night-noise model, such suites raised 2.7 (5% noise, steady widths) t
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from sessiongen.analysis.stats import expanded_conf
+from sessiongen.trend.check import night_sigma
 from tests.support.trend_history import Night
 from tests.support.trend_suite import false_alarms, power, smoke_like_alarms
 
@@ -37,3 +45,28 @@ def test_six_smoke_like_nights_with_loud_cells_rarely_alarm() -> None:
     # two cells 3x and 5x noisier than the rest, narrow intervals. The method before
     # this alarmed somewhere in 60% of such histories, this one in 5% (of 200).
     assert smoke_like_alarms(range(30)) <= 5
+
+
+def test_expanded_intervals_are_read_at_their_level() -> None:
+    # run_summary stores 95% intervals expanded for the session count (99.98% wide at 4
+    # sessions): read as plain 95% they made sigma 1.9x too large and night noise too
+    # small. With the standard error stored, a 20% step at 5% night noise and 4 sessions
+    # is found after 3 nights in 54% of series; read the old way, in 27%.
+    night = Night(noise=0.05, ci_noise=0.04, sessions=4, interval="expanded")
+    assert power(night, 0.2, seeds=[5], before=10, after=3)[2] >= 0.45
+    found, checks = false_alarms(night, seeds=[11], nights=12)
+    assert 100 * found / checks <= 0.5, found
+
+
+def test_night_sigma_reads_an_expanded_interval_at_its_level() -> None:
+    within = 0.03
+    for n in (4, 8, 16):
+        z = float(sps.norm.ppf(0.5 + expanded_conf(0.95, n) / 2))
+        low, high = np.array([math.exp(-z * within)]), np.array([math.exp(z * within)])
+        nan = np.array([math.nan])
+        read = night_sigma(low, high, nan, np.array([float(n)]))
+        assert read[0] == pytest.approx(within, rel=1e-9)
+        old = night_sigma(low, high, nan, nan)  # a store without session counts: as 95%
+        assert old[0] == pytest.approx(within * z / 1.959964, rel=1e-6)
+        stored = night_sigma(low, high, np.array([0.02]), np.array([float(n)]))
+        assert stored[0] == 0.02  # the standard error, when stored, wins
