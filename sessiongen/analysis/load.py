@@ -7,15 +7,23 @@ concurrency of a closed loop or the session start rate of an open loop):
   the span of each block (first send to last end), summed over an arm's blocks of the
   level and divided by their spans' sum.
 - **Tails**: p50 with its sample count; p90 as MLPerf LoadGen's early-stopping
-  estimate (:mod:`sessiongen.analysis.tails`), or "not enough samples".
+  estimate on the *effective* sample size, sessions as clusters
+  (:func:`sessiongen.analysis.tails.clustered_tail`), or "n/a" with how many are needed.
 - **Goodput** against the scenario's ``[objective]``: the share of turns whose TTFT is
-  at most ``ttft_s`` (``good_turns``, with a Wilson 95% interval) and the share of whole
-  sessions all of whose turns are (``good_sessions``). An arm **meets** the objective
-  at a level when ``good_turns >= attainment``.
-- **Sustained load** of an arm: the highest level at which it meets the objective;
-  ``sure`` is the highest level at which the Wilson interval lies wholly above the
-  attainment (below it the arm surely meets it), ``fails`` the lowest level at which it
-  lies wholly below (from there on it surely does not). The truth is between.
+  at most ``ttft_s`` (``good_turns``) with a 95% interval over **sessions as units**
+  (Wilson's on the effective sample size, :func:`sessiongen.analysis.stats.clustered_share`:
+  the turns of a session share prompts, a replica and queueing episodes, so they are
+  not independent), and the share of whole sessions all of whose turns are
+  (``good_sessions``). An arm **meets** the objective at a level when
+  ``good_turns >= attainment``.
+- **Sustained load** of an arm, levels in increasing order: ``sustains`` is the last
+  level of the leading run of levels that meet the objective; ``sure`` the last level of
+  the leading run whose interval lies wholly at or above the attainment; ``fails`` the
+  first level from which every higher level's interval lies wholly below it. The truth
+  is between ``sure`` and ``fails``. A sweep where a level meets the objective after one
+  that missed it is **not monotone** (``monotone`` false): its levels disagree more
+  than their intervals allow, or the system really recovers under more load, and the
+  report says so rather than reading a capacity off it.
 - **Working set** of a block: at each request's send, the prompt tokens of the newest
   turn of every session that has started and not ended (distinct prefixes: sessions
   share none but a shared system prompt, counted once). Per replica: the sessions that
@@ -28,29 +36,18 @@ concurrency of a closed loop or the session start rate of an open loop):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from sessiongen.analysis import stats
 from sessiongen.analysis.frames import partition
-from sessiongen.analysis.tails import tail
+from sessiongen.analysis.tails import clustered_tail
 from sessiongen.records.run import Run
 
 #: The keys of one arm at one level.
 LEVEL_KEYS = ("placement", "cache", "context_tokens", "load_level")
-
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a proportion (Wilson 1927); (nan, nan) when ``n`` is 0."""
-    if n == 0:
-        return math.nan, math.nan
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _with_level(run: Run) -> pl.DataFrame:
@@ -74,7 +71,7 @@ def load_table(run: Run, ttft_s: float | None, attainment: float = 0.9) -> pl.Da
     for key, sub in partition(_with_level(run), LEVEL_KEYS):
         ok = sub.filter((pl.col("status") == "ok") & pl.col("ttft_s").is_not_null())
         ttft = ok["ttft_s"].to_numpy().astype(np.float64)
-        p90 = tail(ttft, 0.9)
+        p90 = clustered_tail(ttft, ok["session_id"].fill_null("").to_numpy(), 0.9)
         row: dict[str, Any] = {
             **key,
             "turns": sub.height,
@@ -82,6 +79,7 @@ def load_table(run: Run, ttft_s: float | None, attainment: float = 0.9) -> pl.Da
             "p50_ttft_s": float(np.median(ttft)) if ttft.size else None,
             "p90_ttft_s": p90.bound,
             "p90_note": p90.text(),
+            "p90_effective_n": p90.n_effective,
             "median_queue_s": ok["queue_s"].median(),
             "throughput_turns_s": _throughput(sub),
         }
@@ -99,53 +97,94 @@ _LOAD_SCHEMA: dict[str, pl.DataType] = {
     "good_turns_low": pl.Float64(),
     "good_turns_high": pl.Float64(),
     "good_sessions": pl.Float64(),
+    "good_units": pl.Int64(),
     "meets": pl.Boolean(),
+    "p90_effective_n": pl.Float64(),
 }
+#: Goodput columns (all null without an objective).
+GOODPUT_COLUMNS = (
+    "good_turns",
+    "good_turns_low",
+    "good_turns_high",
+    "good_sessions",
+    "good_units",
+    "meets",
+)
 
 
 def _goodput(sub: pl.DataFrame, ttft_s: float | None, attainment: float) -> dict[str, Any]:
-    """Good turns and sessions against the objective (a failed turn is never good)."""
+    """Good turns and sessions against the objective (a failed turn is never good).
+
+    The interval of ``good_turns`` takes sessions as units (``good_units`` of them): a
+    session is the same ``session_id`` in every block of the arm and level.
+    """
     if ttft_s is None:
-        return dict.fromkeys(
-            ("good_turns", "good_turns_low", "good_turns_high", "good_sessions", "meets")
-        )
+        return dict.fromkeys(GOODPUT_COLUMNS)
     good = (pl.col("status") == "ok") & (pl.col("ttft_s") <= ttft_s)
     flagged = sub.with_columns(good=good.fill_null(False))
-    n, hits = flagged.height, int(flagged["good"].sum())
-    low, high = wilson(hits, n)
+    if flagged.is_empty():
+        return dict.fromkeys(GOODPUT_COLUMNS)
+    units = flagged.group_by("session_id").agg(y=pl.col("good").sum(), m=pl.len())
+    share = stats.clustered_share(units["y"].to_numpy(), units["m"].to_numpy())
     per_session = flagged.group_by("block", "session_id").agg(all_good=pl.col("good").all())
-    share = hits / n if n else None
     return {
-        "good_turns": share,
-        "good_turns_low": low,
-        "good_turns_high": high,
-        "good_sessions": float(per_session.select(pl.col("all_good").mean()).item()) if n else None,
-        "meets": None if share is None else share >= attainment,
+        "good_turns": share.share,
+        "good_turns_low": share.low,
+        "good_turns_high": share.high,
+        "good_sessions": float(per_session.select(pl.col("all_good").mean()).item()),
+        "good_units": share.n_units,
+        "meets": share.share >= attainment,
     }
 
 
+def _leading(flags: list[bool], levels: list[float]) -> float | None:
+    """The last level of the leading run of True flags (None when the first is False)."""
+    last = None
+    for level, flag in zip(levels, flags, strict=True):
+        if not flag:
+            break
+        last = level
+    return last
+
+
+def _fails_from(flags: list[bool], levels: list[float]) -> float | None:
+    """The first level from which every flag is True (None when the last is False)."""
+    first = None
+    for level, flag in zip(reversed(levels), reversed(flags), strict=True):
+        if not flag:
+            break
+        first = level
+    return first
+
+
 def sustained_load(table: pl.DataFrame, attainment: float = 0.9) -> pl.DataFrame:
-    """Per arm: the highest level meeting the objective, and where that is sure."""
+    """Per arm: the load it sustains within the objective, where that is sure, where it
+    surely fails, and whether the sweep is monotone (see the module docstring)."""
     rows = []
     arm = ["placement", "cache", "context_tokens"]
     for key, sub in partition(table.filter(pl.col("meets").is_not_null()), arm):
         sub = sub.sort("load_level")
-        levels = sub["load_level"].to_list()
-        meets = sub["meets"].to_list()
-        low, high = sub["good_turns_low"].to_list(), sub["good_turns_high"].to_list()
-        sure = [lv for lv, lo in zip(levels, low, strict=True) if lo >= attainment]
-        fails = [lv for lv, hi in zip(levels, high, strict=True) if hi < attainment]
-        passing = [lv for lv, ok in zip(levels, meets, strict=True) if ok]
+        levels = [float(v) for v in sub["load_level"].to_list()]
+        meets = [bool(v) for v in sub["meets"].to_list()]
+        sure = [lo >= attainment for lo in sub["good_turns_low"].fill_nan(0.0).to_list()]
+        fail = [hi < attainment for hi in sub["good_turns_high"].fill_nan(1.0).to_list()]
+        first_miss = meets.index(False) if False in meets else len(meets)
         rows.append(
             {
                 **key,
-                "sustains": max(passing) if passing else None,
-                "sure": max(sure) if sure else None,
-                "fails": min(fails) if fails else None,
+                "sustains": _leading(meets, levels),
+                "sure": _leading(sure, levels),
+                "fails": _fails_from(fail, levels),
                 "levels": len(levels),
+                "monotone": not any(meets[first_miss:]),
             }
         )
-    schema = {"sustains": pl.Float64(), "sure": pl.Float64(), "fails": pl.Float64()}
+    schema = {
+        "sustains": pl.Float64(),
+        "sure": pl.Float64(),
+        "fails": pl.Float64(),
+        "monotone": pl.Boolean(),
+    }
     return pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)
 
 

@@ -18,6 +18,22 @@ rest, for the largest ``t`` the sample supports (``n >= min_passing(t) + t``): t
 for p90, 662 for p99); then the sample's maximum is only a lower bound on what the
 percentile could be, and it is reported as such, never as "the p99".
 
+**Correlated samples.** The estimate assumes independent latencies. Turns of one session
+are not: they share a prompt, a replica and its queue, and 8 sessions of 8 identical
+turns are 8 samples, not 64 (pooled, the "p90" was their maximum, which covers the true
+p90 with probability ``1 - 0.9^8 = 57%``, not 99%). :func:`clustered_tail` therefore
+runs the estimate on the **effective sample size** ``n_eff = n / deff``, with Kish's
+design effect ``deff`` of the share of latencies above the empirical ``p``-quantile,
+read over sessions as clusters (:func:`sessiongen.analysis.stats.clustered_share`): at
+most ``n`` (independent turns), as few as the number of sessions (turns that move
+together). The order statistic is then the ``ceil(t * deff)``-th largest of the ``n``
+latencies for the ``t`` the effective sample supports, the same share of the tail
+discarded as with ``n_eff`` independent ones.
+
+With too few samples there is no estimate, and the text says so: ``n/a (n of N
+needed; max X)``. The sample's maximum is *not* a bound on the percentile: it lies
+above the true ``p``-quantile only with probability ``1 - p^n``.
+
 Pure and exact (scipy's binomial CDF); nothing random.
 """
 
@@ -31,13 +47,23 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import binom
 
+from sessiongen.analysis import stats
+
 #: LoadGen's confidence for early stopping (hard-coded there too).
 CONFIDENCE = 0.99
+
+
+def _check_p(p: float, confidence: float) -> None:
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p: expected 0 < p < 1, got {p}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: expected 0 < confidence < 1, got {confidence}")
 
 
 @functools.lru_cache(maxsize=4096)
 def min_passing(t: int, p: float, confidence: float = CONFIDENCE) -> int:
     """Smallest ``h`` with ``BinomCDF(t; h + t, 1 - p) < 1 - confidence`` (binary search)."""
+    _check_p(p, confidence)
 
     def odds(h: int) -> float:
         return float(binom.cdf(t, h + t, 1.0 - p))
@@ -65,8 +91,10 @@ class Tail:
 
     ``empirical`` is the sample's own quantile (nearest rank), ``bound`` the
     early-stopping estimate (a conservative upper value, at least ``empirical``) or,
-    with too few samples, None. ``n`` is the sample size and ``needed`` how many an
-    estimate takes. :attr:`value` is what a table should show.
+    with too few samples, None. ``n`` is the sample size, ``n_effective`` what it is
+    worth once correlated samples are accounted for (``n`` for independent ones),
+    ``needed`` how many an estimate takes and ``maximum`` the largest sample.
+    :attr:`value` is what a table should show.
     """
 
     p: float
@@ -74,6 +102,8 @@ class Tail:
     empirical: float
     bound: float | None
     needed: int
+    maximum: float = math.nan
+    n_effective: float | None = None
 
     @property
     def enough(self) -> bool:
@@ -84,30 +114,70 @@ class Tail:
         """The early-stopping estimate when there is one, else NaN (never the raw max)."""
         return self.bound if self.bound is not None else math.nan
 
+    @property
+    def effective(self) -> float:
+        return float(self.n) if self.n_effective is None else self.n_effective
+
+    def _size(self) -> str:
+        if self.n_effective is None or self.n_effective >= self.n:
+            return f"n={self.n}"
+        return f"n={self.n}, effective {self.n_effective:.0f}"
+
     def text(self, fmt: str = ".3g") -> str:
-        """``1.23 (n=80)``, or ``> 0.95 (n=12 of 64 needed)`` without enough samples."""
+        """``1.23 (n=80)``, or ``n/a (12 of 64 needed; max 0.95)`` without enough samples."""
         if self.n == 0:
             return "-"
         if self.bound is not None:
-            return f"{format(self.bound, fmt)} (n={self.n})"
-        return f">= {format(self.empirical, fmt)} (n={self.n} of {self.needed} needed)"
+            return f"{format(self.bound, fmt)} ({self._size()})"
+        have = f"{self.n}" if self.n_effective is None else f"{self.effective:.0f} effective"
+        return f"n/a ({have} of {self.needed} needed; max {format(self.maximum, fmt)})"
 
 
 def tail(values: npt.ArrayLike, p: float, confidence: float = CONFIDENCE) -> Tail:
-    """The ``p``-quantile of ``values`` with its early-stopping bound (see the module)."""
-    x = np.sort(np.asarray(values, dtype=np.float64).ravel())
-    x = x[np.isfinite(x)]
+    """The ``p``-quantile of independent ``values`` with its early-stopping bound."""
+    return _tail(np.asarray(values, dtype=np.float64).ravel(), p, confidence, None)
+
+
+def clustered_tail(
+    values: npt.ArrayLike, units: npt.ArrayLike, p: float, confidence: float = CONFIDENCE
+) -> Tail:
+    """The ``p``-quantile of ``values`` whose ``units`` (sessions) are clusters.
+
+    ``units`` labels each value's session; the estimate runs on the effective sample
+    size (module docstring). Values without a finite latency are dropped.
+    """
+    x = np.asarray(values, dtype=np.float64).ravel()
+    labels = np.asarray(units).ravel()
+    keep = np.isfinite(x)
+    x, labels = x[keep], labels[keep]
+    if x.size == 0:
+        return _tail(x, p, confidence, None)
+    cut = float(np.sort(x)[max(1, math.ceil(p * x.size)) - 1])
+    _, inverse = np.unique(labels, return_inverse=True)
+    above = np.bincount(inverse, weights=(x > cut).astype(np.float64))
+    trials = np.bincount(inverse).astype(np.float64)
+    share = stats.clustered_share(above, trials)
+    # An empirical quantile with nothing above it (ties at the top) says nothing of
+    # clustering: then each session is taken as one sample, the cautious reading.
+    n_eff = share.n_effective if 0 < share.share < 1 else float(share.n_units)
+    return _tail(x, p, confidence, min(float(x.size), n_eff))
+
+
+def _tail(x: npt.NDArray[np.float64], p: float, confidence: float, n_eff: float | None) -> Tail:
+    _check_p(p, confidence)
+    x = np.sort(x[np.isfinite(x)])
     n = int(x.size)
     needed = min_samples(p, confidence)
     if n == 0:
         return Tail(p, 0, math.nan, None, needed)
     rank = max(1, math.ceil(p * n))  # nearest rank
     empirical = float(x[rank - 1])
-    if n < needed:
-        # Not enough for an estimate; the maximum is what can be said (a lower bound).
-        return Tail(p, n, float(x[-1]), None, needed)
-    t = _largest_t(n, p, confidence)
-    return Tail(p, n, empirical, float(x[n - t]), needed)
+    usable = n if n_eff is None else math.floor(n_eff + 1e-9)
+    if usable < needed:
+        return Tail(p, n, empirical, None, needed, float(x[-1]), n_eff)
+    t = _largest_t(usable, p, confidence)
+    from_top = t if n_eff is None else min(n, math.ceil(t * n / n_eff - 1e-9))
+    return Tail(p, n, empirical, float(x[n - from_top]), needed, float(x[-1]), n_eff)
 
 
 def _largest_t(n: int, p: float, confidence: float) -> int:

@@ -96,7 +96,10 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
         out.append(
             Paragraph(
                 f"Objective: TTFT <= {ttft_s:g} {unit} for at least {attainment:.0%} of turns. "
-                "Gain: median whole-session time OFF / ON at each level (paired bootstrap)."
+                "Gain: median whole-session time OFF / ON at each level (paired bootstrap "
+                "over sessions). Goodput intervals take sessions as units (a session's "
+                "turns share prompts, a replica and queueing, so they are not independent); "
+                "p90 is MLPerf's early-stopping estimate on the effective sample size."
             )
         )
     out.append(Table(gains))
@@ -104,11 +107,24 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
         sustained = load.sustained_load(table, attainment)
         out += [
             Paragraph(
-                "Load each arm sustains within the objective ('sure': the interval of its "
-                "goodput lies above the target there; 'fails': wholly below from there on)."
+                "Load each arm sustains within the objective: 'sustains', the last level of "
+                "the leading run of levels that meet it; 'sure', the last of the leading run "
+                "whose goodput interval lies at or above the target; 'fails', the first "
+                "level from which every higher level's interval lies wholly below it."
             ),
             Table(sustained),
         ]
+        bent = sustained.filter(~pl.col("monotone"))
+        if bent.height:
+            arms = ", ".join(f"{r['placement']}/{r['cache']}" for r in bent.iter_rows(named=True))
+            out.append(
+                Paragraph(
+                    f"Not monotone: {arms} met the objective at a level above one it missed. "
+                    "No capacity can be read off such a sweep: its levels disagree more than "
+                    "their intervals allow (more sessions per level), or the system really "
+                    "behaves better under more load."
+                )
+            )
     sat = save_png_svg(saturation_figure(table, note, name, unit), out_dir, "saturation")[0]
     out.append(Image(sat, "TTFT p50 and p90 against offered load, per arm"))
     if ttft_s is not None:

@@ -6,10 +6,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
-from sessiongen.analysis import load
+from sessiongen.analysis import load, stats
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.records.format import REQUEST_SCHEMA, RunMeta
 from sessiongen.records.run import Run
@@ -39,9 +40,39 @@ def level_rows(level: float, cache: str, ttfts: list[float]) -> list[dict[str, A
 
 
 def test_wilson_interval() -> None:
-    low, high = load.wilson(9, 10)
+    low, high = stats.wilson(9, 10)
     assert 0.59 < low < 0.6 and 0.98 < high < 0.99  # 0.596, 0.982 (Wilson 1927)
-    assert all(math.isnan(v) for v in load.wilson(0, 0))
+    assert all(math.isnan(v) for v in stats.wilson(0, 0))
+
+
+@pytest.mark.parametrize("sessions", [8, 20])
+def test_goodput_interval_covers_with_sessions_as_units(sessions: int) -> None:
+    # Each session has its own good probability (Beta, mean 0.8, concentration 2: its
+    # turns are mostly all good or all bad). A Wilson interval over turns covered about
+    # 58% of the truth; sessions as units must cover near 95%.
+    rng = np.random.default_rng(sessions)
+    covered = naive = 0
+    reps = 1000
+    for _ in range(reps):
+        good = rng.binomial(6, rng.beta(1.6, 0.4, size=sessions))
+        share = stats.clustered_share(good, np.full(sessions, 6))
+        covered += share.low <= 0.8 <= share.high
+        low, high = stats.wilson(int(good.sum()), 6 * sessions)
+        naive += low <= 0.8 <= high
+    assert 0.93 <= covered / reps <= 0.97, covered
+    assert naive / reps < 0.9  # what the interval over turns gave
+
+
+def test_goodput_table_names_its_unit() -> None:
+    # Two sessions of 20 turns each, one all good, one all bad: 2 units, not 40.
+    rows = level_rows(1.0, "off", [1.0] * 20 + [5.0] * 20)
+    rows = [{**r, "session_id": f"s{i // 20}"} for i, r in enumerate(rows)]
+    table = load.load_table(make_run(rows), ttft_s=2.0, attainment=0.9)
+    row = table.row(0, named=True)
+    assert row["good_units"] == 2 and row["good_turns"] == 0.5
+    assert row["good_turns_high"] - row["good_turns_low"] > 0.9  # two sessions say little
+    naive = stats.wilson(20, 40)
+    assert naive[1] - naive[0] < 0.35
 
 
 def test_goodput_and_sustained_load() -> None:
@@ -59,11 +90,40 @@ def test_goodput_and_sustained_load() -> None:
     assert sustained["off"]["sustains"] == 1.0 and sustained["on"]["sustains"] == 2.0
     assert sustained["off"]["fails"] == 2.0 and sustained["on"]["fails"] == 4.0
     assert sustained["on"]["sure"] == 1.0  # 39/40 has a Wilson low bound under 0.9
+    assert sustained["on"]["monotone"] and sustained["off"]["monotone"]
+
+
+def _goodput_rows(level: float, good: int) -> list[dict[str, Any]]:
+    return level_rows(level, "on", [1.0] * good + [5.0] * (100 - good))
+
+
+def test_sustained_load_is_monotone_and_flags_sweeps_that_are_not() -> None:
+    # 95%, 80%, 93% good at 1, 2, 4: the max of passing (4), max of sure and min of
+    # fails (2) said "sustains 4, fails from 2", a contradiction printed as a finding.
+    rows = _goodput_rows(1.0, 95) + _goodput_rows(2.0, 80) + _goodput_rows(4.0, 93)
+    table = load.load_table(make_run(rows), ttft_s=2.0, attainment=0.9)
+    got = load.sustained_load(table).row(0, named=True)
+    assert got["sustains"] == 1.0
+    assert got["fails"] is None  # level 4 does not surely fail: nothing fails from 2 on
+    assert got["monotone"] is False
+    assert got["sure"] is None or got["sure"] <= got["sustains"]
+    clean = _goodput_rows(1.0, 99) + _goodput_rows(2.0, 98) + _goodput_rows(4.0, 40)
+    table = load.load_table(make_run(clean), ttft_s=2.0, attainment=0.9)
+    got = load.sustained_load(table).row(0, named=True)
+    assert (got["sustains"], got["fails"], got["monotone"]) == (2.0, 4.0, True)
 
 
 def test_p90_needs_enough_samples() -> None:
     few = load.load_table(make_run(level_rows(1.0, "off", [1.0] * 20)), ttft_s=None)
     assert few["p90_ttft_s"][0] is None and "of 64 needed" in few["p90_note"][0]
+    # 8 sessions of 10 turns each, each session's turns alike: 8 samples, not 80.
+    rows = [
+        {**r, "session_id": f"s{i // 10}", "ttft_s": 1.0 + i // 10}
+        for i, r in enumerate(level_rows(1.0, "off", [1.0] * 80))
+    ]
+    clustered = load.load_table(make_run(rows), ttft_s=None)
+    assert clustered["p90_ttft_s"][0] is None
+    assert "8 effective of 64 needed" in clustered["p90_note"][0]
     many = load.load_table(make_run(level_rows(1.0, "off", [1.0] * 70)), ttft_s=None)
     assert many["p90_ttft_s"][0] == 1.0 and many["good_turns"][0] is None
 
