@@ -34,9 +34,10 @@ def run_summary(
     only (the speedup is what turning the cache on buys, relative to the OFF row of the
     same placement and turn).
     The correctness counts are judged against the OFF arm on the same prompt
-    (:func:`sessiongen.analysis.verdicts.correctness_cells`): ``cache_failures`` and
-    ``divergences`` (ON answers differing from OFF's, ``logprob_tol`` on first-token
-    logprobs) and ``on_only`` on ON rows, ``off_inconsistent`` on OFF rows; zero where
+    (:func:`sessiongen.analysis.verdicts.correctness_cells`): ``cache_failures`` (pool-served
+    divergences above the noise baseline), ``divergences`` (ON answers differing from OFF's,
+    ``logprob_tol`` on first-token logprobs), ``pool_divergences`` (those the pool served)
+    and ``on_only`` on ON rows, ``off_inconsistent`` on OFF rows; zero where
     nothing applies. This is what ``summary.csv`` and the nightly trend store hold.
     """
     cell = ["placement", "context_tokens", "turn"]
@@ -75,6 +76,7 @@ def run_summary(
             *SPEEDUP_COLUMNS,
             "contamination",
             "divergences",
+            "pool_divergences",
             "needle_graded",
             "needle_correct",
             "cache_failures",

@@ -15,14 +15,18 @@ from typing import Any
 
 import polars as pl
 
+from sessiongen.analysis import stats
 from sessiongen.analysis.correctness import (
     AGREES,
-    CACHE_FAILURE,
+    ALPHA,
+    DIVERGED,
     LOGPROB_TOL,
     NO_OFF,
     NOT_EXERCISED,
     judge_needles,
     judge_outputs,
+    needle_off_misses,
+    off_self_disagreements,
     output_prompts,
     verdict,
 )
@@ -40,6 +44,48 @@ WORST_ROW_COLUMNS = (
     "output_digest",
     "first_logprob",
 )
+
+
+@dataclass(frozen=True)
+class NoiseBaseline:
+    """Pool-served divergences against what the model does with no pool involved.
+
+    ``pool_compared`` / ``pool_diverged``: ON requests served from the shared pool and
+    compared with a consistent OFF answer, and those that differed; ``base_compared`` /
+    ``base_diverged``: the baseline's comparisons (ON requests the pool did not serve,
+    and the OFF arm's answers to a prompt against each other) and disagreements.
+    ``p_value``: the one-sided exact test that the pool-served rate is higher
+    (:func:`sessiongen.analysis.stats.rate_exceeds`), ``alpha`` its level.
+    """
+
+    pool_compared: int
+    pool_diverged: int
+    base_compared: int
+    base_diverged: int
+    p_value: float
+    alpha: float = ALPHA
+
+    @classmethod
+    def of(
+        cls, pool: tuple[int, int], base: tuple[int, int], alpha: float = ALPHA
+    ) -> NoiseBaseline:
+        """From (compared, diverged) of the pool-served requests and of the baseline."""
+        p = stats.rate_exceeds(pool[1], pool[0], base[1], base[0])
+        return cls(pool[0], pool[1], base[0], base[1], p, alpha)
+
+    @property
+    def significant(self) -> bool:
+        """The pool-served divergence rate is surely above the baseline's."""
+        return self.pool_diverged > 0 and self.p_value < self.alpha
+
+    def text(self) -> str:
+        """``2 of 50 pool-served vs 0 of 130 without the pool (exact test p = 0.049)``."""
+        return (
+            f"{self.pool_diverged} of {self.pool_compared} pool-served answers differ from "
+            f"OFF, against {self.base_diverged} of {self.base_compared} where the pool had "
+            f"no part (cold and local ON turns, OFF against itself; one-sided exact test "
+            f"p = {self.p_value:.3g}, level {self.alpha:g})"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,7 +116,8 @@ class Equivalence:
     evidence: str
     ids_differ: int
     logprob_beyond_tol: int
-    failures: int
+    divergent: int
+    baseline: NoiseBaseline
     rate: float | None
     max_logprob_diff: float | None
     off_inconsistent: int
@@ -80,6 +127,11 @@ class Equivalence:
     worst: dict[str, Any] | None
     worst_rows: pl.DataFrame
     prompt_table: pl.DataFrame
+
+    @property
+    def failures(self) -> int:
+        """Cache failures: pool-served divergences above the noise baseline."""
+        return self.baseline.pool_diverged if self.baseline.significant else 0
 
     @property
     def vacuous(self) -> bool:
@@ -94,6 +146,7 @@ class Equivalence:
             off_inconsistent=self.off_inconsistent,
             exercised=self.exercised,
             vacuous=self.vacuous,
+            pool_diverged=self.baseline.pool_diverged,
         )
 
 
@@ -102,19 +155,28 @@ class Needles:
     """The needle probe of a run, counted against the OFF arm.
 
     ``graded``: ON requests graded; ``compared``: those whose prompt OFF answered right
-    every time; ``exercised``: compared and served from the shared pool; ``failures``:
-    compared and wrong (cache failures); ``off_wrong`` prompts the OFF arm missed (a
-    model limit); ``on_only`` prompts missed in ON that no OFF request sent.
-    ``evidence`` says how pool use is known (as in :class:`Equivalence`).
+    every time; ``exercised``: compared and served from the shared pool; ``wrong``:
+    compared and wrong; ``baseline`` tests the pool-served wrong answers against the
+    noise (wrong ON answers the pool did not serve, wrong OFF answers);
+    ``failures``: the pool-served wrong answers when that test rejects (cache
+    failures); ``off_wrong`` prompts the OFF arm missed (a model limit); ``on_only``
+    prompts missed in ON that no OFF request sent. ``evidence`` says how pool use is
+    known (as in :class:`Equivalence`).
     """
 
     graded: int
     compared: int
     exercised: int
     evidence: str
-    failures: int
+    wrong: int
+    baseline: NoiseBaseline
     off_wrong: int
     on_only: int
+
+    @property
+    def failures(self) -> int:
+        """Cache failures: pool-served wrong answers above the noise baseline."""
+        return self.baseline.pool_diverged if self.baseline.significant else 0
 
     @property
     def verdict(self) -> str:
@@ -124,6 +186,7 @@ class Needles:
             off_inconsistent=self.off_wrong,
             exercised=self.exercised,
             vacuous=False,
+            pool_diverged=self.baseline.pool_diverged,
         )
 
 
@@ -163,7 +226,7 @@ class Correctness:
             return not_exercised_reason(probe, has_off=self.has_off)
         return (
             f"{probe.failures} cache failures in {probe.compared} ON answers {how} OFF, "
-            f"{probe.exercised} served from the pool"
+            f"{probe.exercised} served from the pool; {probe.baseline.text()}"
         )
 
     def failure_line(self) -> str | None:
@@ -171,15 +234,16 @@ class Correctness:
         parts = []
         if self.needles.failures:
             parts.append(
-                f"{self.needles.failures} of {self.needles.compared} needle answers wrong in "
-                "the ON arm where the OFF arm answered the same prompt right"
+                f"{self.needles.failures} pool-served needle answers wrong in the ON arm "
+                f"where the OFF arm answered the same prompt right: "
+                f"{self.needles.baseline.text()}"
             )
         eq = self.equivalence
         if self.probe == "equivalence" and eq.failures:
             parts.append(
-                f"{eq.failures} of {eq.compared} ON answers differ from the OFF answer to "
-                f"the same prompt (token ids in {eq.ids_differ}, first-token logprob beyond "
-                f"{eq.logprob_tol:g} in {eq.logprob_beyond_tol})"
+                f"{eq.baseline.text()}; token ids differ in {eq.ids_differ} of "
+                f"{eq.compared} ON answers, first-token logprob beyond {eq.logprob_tol:g} "
+                f"in {eq.logprob_beyond_tol}"
             )
         return "cache failures: " + "; ".join(parts) if parts else None
 
@@ -190,7 +254,7 @@ def _count(frame: pl.DataFrame, predicate: pl.Expr) -> int:
 
 def _worst(judged: pl.DataFrame, keyed: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.DataFrame]:
     """The worst compared ON request and every request that sent its prompt."""
-    compared = judged.filter(pl.col("verdict").is_in([AGREES, CACHE_FAILURE]))
+    compared = judged.filter(pl.col("verdict").is_in([AGREES, DIVERGED]))
     empty = keyed.clear().select(*GROUP_KEYS, *WORST_ROW_COLUMNS)
     if compared.is_empty():
         return None, empty
@@ -214,8 +278,10 @@ def summarize_equivalence(keys: KeyedRequests, logprob_tol: float = LOGPROB_TOL)
     """Sum :func:`judge_outputs` and :func:`output_prompts` up (see :class:`Equivalence`)."""
     judged = judge_outputs(keys.rows, logprob_tol)
     prompts = output_prompts(keys.rows, logprob_tol)
-    compared = judged.filter(pl.col("verdict").is_in([AGREES, CACHE_FAILURE]))
+    compared = judged.filter(pl.col("verdict").is_in([AGREES, DIVERGED]))
     n_ids = _count(compared, pl.col("ids_differ"))
+    off_pairs = off_self_disagreements(keys.rows, logprob_tol)
+    baseline = _baseline(compared, pl.col("diverged"), off_pairs)
     max_diff = compared.select(pl.col("logprob_diff").max()).item()
     worst, worst_rows = _worst(judged, keys.rows)
     return Equivalence(
@@ -227,7 +293,8 @@ def summarize_equivalence(keys: KeyedRequests, logprob_tol: float = LOGPROB_TOL)
         evidence=_evidence(compared),
         ids_differ=n_ids,
         logprob_beyond_tol=_count(compared, pl.col("logprob_beyond_tol")),
-        failures=_count(compared, pl.col("diverged")),
+        divergent=_count(compared, pl.col("diverged")),
+        baseline=baseline,
         rate=n_ids / compared.height if compared.height else None,
         max_logprob_diff=None if max_diff is None else float(max_diff),
         off_inconsistent=_count(prompts, pl.col("off_inconsistent")),
@@ -244,18 +311,30 @@ def summarize_needles(keys: KeyedRequests) -> Needles:
     """Sum :func:`judge_needles` up (see :class:`Needles`)."""
     judged = judge_needles(keys.rows)
     on = judged.filter(pl.col("cache") == "on")
-    compared = on.filter(pl.col("verdict").is_in([AGREES, CACHE_FAILURE]))
+    compared = on.filter(pl.col("verdict").is_in([AGREES, DIVERGED]))
     missed = ~pl.col("answer_correct")
     off_missed = judged.filter(pl.col("cache") == "off", missed)
     on_only = on.filter(pl.col("verdict") == NO_OFF, missed)
+    wrong = pl.col("verdict") == DIVERGED
     return Needles(
         graded=on.height,
         compared=compared.height,
         exercised=_count(compared, pl.col("pool_served")),
         evidence=_evidence(compared),
-        failures=_count(compared, pl.col("verdict") == CACHE_FAILURE),
+        wrong=_count(compared, wrong),
+        baseline=_baseline(compared, wrong, needle_off_misses(keys.rows)),
         off_wrong=off_missed["prompt_key"].n_unique(),
         on_only=on_only["prompt_key"].n_unique(),
+    )
+
+
+def _baseline(compared: pl.DataFrame, diverged: pl.Expr, off: tuple[int, int]) -> NoiseBaseline:
+    """Pool-served divergences of ``compared`` against the rest plus the OFF arm's own."""
+    pool = compared.filter(pl.col("pool_served").fill_null(False))
+    rest = compared.filter(~pl.col("pool_served").fill_null(False))
+    return NoiseBaseline.of(
+        (pool.height, _count(pool, diverged)),
+        (rest.height + off[0], _count(rest, diverged) + off[1]),
     )
 
 
@@ -291,12 +370,13 @@ def divergences(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> pl.DataFrame:
 def divergence_counts(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> pl.DataFrame:
     """Per placement, context and turn: ON requests compared with OFF, diverged, and why."""
     judged = judge_outputs(keyed_requests(run).rows, logprob_tol)
-    compared = judged.filter(pl.col("verdict").is_in([AGREES, CACHE_FAILURE]))
+    compared = judged.filter(pl.col("verdict").is_in([AGREES, DIVERGED]))
     return (
         compared.group_by("placement", "context_tokens", "turn")
         .agg(
             compared=pl.len(),
             diverged=pl.col("diverged").sum(),
+            pool_diverged=(pl.col("diverged") & pl.col("pool_served")).sum(),
             ids_differ=pl.col("ids_differ").sum(),
             logprob_beyond_tol=pl.col("logprob_beyond_tol").sum(),
             max_logprob_diff=pl.col("logprob_diff").max(),
@@ -308,19 +388,23 @@ def divergence_counts(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> pl.DataF
 
 CELL_COUNTS: dict[str, pl.DataType] = {
     "divergences": pl.UInt32(),
+    "pool_divergences": pl.UInt32(),
     "cache_failures": pl.UInt32(),
     "off_inconsistent": pl.UInt32(),
     "on_only": pl.UInt32(),
 }
 
 
-def _row_flags(keys: KeyedRequests, probe: str, logprob_tol: float) -> pl.DataFrame:
+def _row_flags(
+    keys: KeyedRequests, probe: str, logprob_tol: float, failing: tuple[bool, bool]
+) -> pl.DataFrame:
     """Every usable request with its correctness flags (``_div``, ``_fail``, ``_off``,
-    ``_on_only``): the per-row truth :func:`correctness_cells` counts."""
+    ``_on_only``): the per-row truth :func:`correctness_cells` counts. ``failing``:
+    whether the needle and the equivalence probe found cache failures (pool-served
+    divergences above the noise), without which no row is one."""
     equivalence_run = probe == "equivalence"
-    outputs = judge_outputs(keys.rows, logprob_tol).select(
-        "_i", _div=pl.col("verdict") == CACHE_FAILURE
-    )
+    needles_fail, outputs_fail = failing
+    outputs = judge_outputs(keys.rows, logprob_tol).select("_i", _div=pl.col("verdict") == DIVERGED)
     needles = judge_needles(keys.rows).select(
         "_i", _needle=pl.col("verdict"), _right=pl.col("answer_correct")
     )
@@ -328,14 +412,20 @@ def _row_flags(keys: KeyedRequests, probe: str, logprob_tol: float) -> pl.DataFr
         "prompt_key", _off_bad="off_inconsistent", _on_bad="on_only"
     )
     off = pl.col("cache") == "off"
+    pool = pl.col("pool_served").fill_null(False)
     return (
         keys.rows.join(outputs, on="_i", how="left")
         .join(needles, on="_i", how="left")
         .join(prompts, on="prompt_key", how="left")
         .with_columns(
             _div=pl.col("_div").fill_null(False),
-            _fail=(pl.col("_needle") == CACHE_FAILURE).fill_null(False)
-            | (pl.col("_div").fill_null(False) & equivalence_run),
+            _pool_div=pool
+            & (pl.col("_div").fill_null(False) | (pl.col("_needle") == DIVERGED).fill_null(False)),
+            _fail=pool
+            & (
+                ((pl.col("_needle") == DIVERGED).fill_null(False) & needles_fail)
+                | (pl.col("_div").fill_null(False) & equivalence_run & outputs_fail)
+            ),
             _off=off
             & (
                 (pl.col("_off_bad").fill_null(False) & equivalence_run)
@@ -354,19 +444,26 @@ def correctness_cells(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> pl.DataF
     """Per placement, cache, context and turn: the correctness counts of the summary.
 
     ``divergences``: ON requests whose answer differs from OFF's on the same prompt;
-    ``cache_failures``: ON requests wrong where OFF was right (needles, and divergences
-    in equivalence runs); ``off_inconsistent``: prompts (on OFF rows) whose OFF answers
+    ``pool_divergences``: those served from the pool, needle misses included;
+    ``cache_failures``: pool-served ON requests wrong where OFF was right (needles, and
+    divergences in equivalence runs) in a probe whose pool-served rate is above the noise
+    baseline (:class:`NoiseBaseline`); ``off_inconsistent``: prompts (on OFF rows) whose OFF answers
     disagree or miss; ``on_only``: prompts (on ON rows) without an OFF answer whose ON
     answers disagree or miss.
     """
     keys = keyed_requests(run)
+    failing = (
+        summarize_needles(keys).failures > 0,
+        summarize_equivalence(keys, logprob_tol).failures > 0,
+    )
     keys = KeyedRequests(keys.rows.with_row_index("_i"), keys.basis, keys.unkeyed)
-    flags = _row_flags(keys, run.probe, logprob_tol)
+    flags = _row_flags(keys, run.probe, logprob_tol, failing)
     key = pl.col("prompt_key")
     return (
         flags.group_by(list(CELL_KEYS))
         .agg(
             divergences=pl.col("_div").sum(),
+            pool_divergences=pl.col("_pool_div").sum(),
             cache_failures=pl.col("_fail").sum(),
             off_inconsistent=key.filter(pl.col("_off")).n_unique(),
             on_only=key.filter(pl.col("_on_only")).n_unique(),
@@ -398,6 +495,7 @@ __all__ = [
     "Correctness",
     "Equivalence",
     "Needles",
+    "NoiseBaseline",
     "correctness",
     "correctness_cells",
     "divergence_counts",

@@ -21,7 +21,8 @@ an improvement is the mirror image. Counts are not fitted: any **cache failure**
 answer wrong where the OFF arm answered the same prompt right:
 :mod:`sessiongen.analysis.correctness`, the report's definition) or **contamination** on
 the newest night is a regression whatever its size, and failed requests (``errors``)
-are one when they occur on each of the newest ``min_nights`` nights. OFF-arm
+are one when they occur on each of the newest ``min_nights`` nights at a rate above
+the earlier nights' (:func:`errors_above_baseline`). OFF-arm
 inconsistencies and ON-only disagreements are a model's limits, not the cache's, and are
 not findings. Each finding names the night it started and what changed in ``versions``
 between the night before and that night.
@@ -46,6 +47,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from sessiongen.analysis import stats
 from sessiongen.analysis.compare import RunNoise
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.analysis.stats import expanded_conf
@@ -341,14 +343,43 @@ def cell_counts(frame: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("cache_failures").fill_null(0).sum()),
         contamination=pl.col("contamination").fill_null(0).sum(),
         errors=pl.col("errors").fill_null(0).sum(),
+        requests=(pl.col("n").fill_null(0) + pl.col("errors").fill_null(0)).sum(),
         legacy=legacy,
     )
 
 
 def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, NDArray[np.float64]]:
-    """Per night: cache failures, contamination and failed requests."""
-    totals = cell_counts(frame).group_by("run_id").agg(pl.col(*ANY_SIZE, "errors").sum())
-    return {name: _aligned(totals, nights, name) for name in (*ANY_SIZE, "errors")}
+    """Per night: cache failures, contamination, failed requests and all requests."""
+    names = (*ANY_SIZE, "errors", "requests")
+    totals = cell_counts(frame).group_by("run_id").agg(pl.col(*names).sum())
+    return {name: _aligned(totals, nights, name) for name in names}
+
+
+#: Level of the test that the newest nights' error rate is above the earlier nights'.
+ERROR_ALPHA = 0.01
+
+
+def errors_above_baseline(
+    errors: NDArray[np.float64], requests: NDArray[np.float64], start: int
+) -> bool:
+    """Whether nights ``start..`` (the newest ``min_nights``) fail requests more often
+    than the nights before them.
+
+    Failed requests have a rate of their own on every target (a replica's occasional
+    timeout); an alarm on any error at all fired night after night on a store whose rate
+    never changed. The newest nights' pooled rate is tested against the earlier nights'
+    (one-sided exact test, :func:`~sessiongen.analysis.stats.rate_exceeds`, level
+    :data:`ERROR_ALPHA`). With fewer than two earlier nights there is no baseline, and
+    errors on each of the newest nights are a finding, as before.
+    """
+    e = np.nan_to_num(errors)
+    r = np.nan_to_num(requests)
+    if start < 2 or r[:start].sum() <= 0:
+        return True
+    p = stats.rate_exceeds(
+        int(e[start:].sum()), int(r[start:].sum()), int(e[:start].sum()), int(r[:start].sum())
+    )
+    return p < ERROR_ALPHA
 
 
 def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
@@ -372,13 +403,22 @@ def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
 def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[dict[str, Any]]:
     """Correctness and contamination at any size on the newest night; persistent errors."""
     out = []
-    for name, counts in night_counts(frame, nights).items():
+    every = night_counts(frame, nights)
+    for name in (*ANY_SIZE, "errors"):
+        counts = every[name]
         seen = np.nan_to_num(counts) > 0
         trailing = len(seen) - (np.flatnonzero(~seen)[-1] + 1 if (~seen).any() else 0)
         needed = 1 if name in ANY_SIZE else min_nights
         if trailing < needed:
             continue
         start = len(seen) - trailing
+        if name == "errors":
+            newest = len(seen) - needed
+            if not errors_above_baseline(counts, every["requests"], newest):
+                continue
+            if newest >= 2:  # the rise is dated to the nights tested against the rest
+                start = newest
+                trailing = needed
         prev = nights.versions[start - 1] if start else nights.versions[start]
         out.append(
             {

@@ -64,7 +64,7 @@ def test_sim_pair_planted_pool_fault_is_a_cache_failure_and_exits_1(tmp_path: Pa
     assert result.exit_code == 1, result.output
     [line] = error_lines(result)
     assert line.startswith("sessiongen: error: cache failures: ")
-    assert "ON answers differ from the OFF answer to the same prompt" in line
+    assert "pool-served answers differ from OFF, against 0 of" in line
     eq = verdicts(tmp_path).equivalence
     assert eq.verdict == CACHE_FAILURE and eq.failures > 0 and eq.off_inconsistent == 0
     assert eq.ids_differ == eq.failures  # the planted fault changes token ids

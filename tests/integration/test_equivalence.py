@@ -19,10 +19,12 @@ import pytest
 from sessiongen import analysis, report
 from sessiongen.analysis.correctness import (
     CACHE_FAILURE,
+    DIVERGED,
     NOT_EXERCISED,
     OFF_INCONSISTENT,
     PASSED,
     VACUOUS,
+    WITHIN_NOISE,
 )
 from sessiongen.analysis.prompts import BASIS_SESSION
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
@@ -90,28 +92,61 @@ def test_noise_under_the_tolerance_passes(tmp_path: Path) -> None:
     problems = _problems(run.path)
     assert "None found" in problems
     assert f"Equivalence passed: all {ON_ROWS} ON answers compared" in problems
-    assert f"{POOL_SERVED} of them were served from the shared pool" in problems
+    assert f"{POOL_SERVED} of {ON_ROWS} compared were served from the shared pool" in problems
 
 
 def test_planted_token_divergence_is_a_cache_failure_with_its_rate(tmp_path: Path) -> None:
-    run = analysis.load_run(write_run(tmp_path, with_changes(SPEC, turns=4, diverge=2)))
+    # Every session's turn 4 differs in the first ON block: 4 of 24 pool-served answers
+    # against 0 of 24 comparisons where the pool had no part (turn 1 ON, OFF vs OFF).
+    run = analysis.load_run(write_run(tmp_path, with_changes(SPEC, turns=4, diverge=4)))
     table = analysis.divergences(run).filter(pl.col("diverged"))
     assert table.select("session_id", "turn", "block", "ids_differ", "verdict").rows() == [
-        ("32k-002", 4, 1, True, CACHE_FAILURE),
-        ("32k-003", 4, 1, True, CACHE_FAILURE),
+        (f"32k-00{s}", 4, 1, True, DIVERGED) for s in range(4)
     ]
     eq = analysis.equivalence(run)
-    assert (eq.compared, eq.ids_differ, eq.failures, eq.verdict) == (32, 2, 2, CACHE_FAILURE)
-    assert eq.rate == pytest.approx(2 / 32)
+    assert (eq.compared, eq.ids_differ, eq.failures, eq.verdict) == (32, 4, 4, CACHE_FAILURE)
+    b = eq.baseline
+    assert (b.pool_compared, b.pool_diverged, b.base_compared, b.base_diverged) == (24, 4, 24, 0)
+    assert b.p_value == pytest.approx(0.0241, abs=1e-3) and b.significant
+    assert eq.rate == pytest.approx(4 / 32)
     assert eq.max_logprob_diff == pytest.approx(2.5 - 0.125)
     assert eq.worst is not None and eq.worst["turn"] == 4 and eq.worst["ids_differ"]
     assert eq.worst_rows.height == 4  # every block sent the prompt
     assert eq.worst_rows["output_digest"].n_unique() == 2
     summary = analysis.run_summary(run).filter(pl.col("turn") == 4).sort("cache")
-    assert summary["cache_failures"].to_list() == [0, 2]  # on the ON row only
-    assert summary["divergences"].to_list() == [0, 2]
+    assert summary["cache_failures"].to_list() == [0, 4]  # on the ON row only
+    assert summary["divergences"].to_list() == [0, 4]
     line = analysis.correctness(run).failure_line()
-    assert line is not None and "2 of 32 ON answers differ from the OFF answer" in line
+    assert line is not None and "4 of 24 pool-served answers differ from OFF" in line
+
+
+def test_a_few_divergences_within_the_noise_are_reported_not_failed(tmp_path: Path) -> None:
+    # One divergence among the ON answers was a cache failure with exit 1 whatever the
+    # noise. Two of 24 pool-served against a clean 24 is p = 0.15: within noise.
+    run = analysis.load_run(write_run(tmp_path, with_changes(SPEC, turns=4, diverge=2)))
+    c = analysis.correctness(run)
+    eq = c.equivalence
+    assert (eq.divergent, eq.failures, eq.verdict) == (2, 0, WITHIN_NOISE)
+    assert c.cache_failures == 0 and c.failure_line() is None
+    summary = analysis.run_summary(run)
+    assert summary["cache_failures"].sum() == 0 and summary["pool_divergences"].sum() == 2
+    problems = _problems(run.path)
+    assert "Equivalence within noise: pool-served answers differ from OFF" in problems
+    assert "2 of 24 pool-served answers differ from OFF, against 0 of 24" in problems
+
+
+def test_divergences_the_pool_did_not_serve_are_noise_not_failures(tmp_path: Path) -> None:
+    # Cold first turns answered differently in an ON block (the arms run different code):
+    # not the pool's doing, however many.
+    run_dir = _rewrite(
+        write_run(tmp_path, SPEC),
+        output_digest=pl.when((pl.col("turn") == 1) & (pl.col("cache") == "on"))
+        .then(pl.lit("c01dc01dc01dc01d"))
+        .otherwise(pl.col("output_digest")),
+    )
+    eq = analysis.equivalence(analysis.load_run(run_dir))
+    assert eq.divergent == 8 and eq.baseline.base_diverged == 8
+    assert (eq.failures, eq.verdict) == (0, PASSED)
 
 
 def test_a_logprob_shift_beyond_the_tolerance_fails_with_the_same_tokens(tmp_path: Path) -> None:
@@ -124,10 +159,21 @@ def test_a_logprob_shift_beyond_the_tolerance_fails_with_the_same_tokens(tmp_pat
     )
     run = analysis.load_run(run_dir)
     eq = analysis.equivalence(run)
-    assert (eq.failures, eq.ids_differ, eq.logprob_beyond_tol, eq.rate) == (1, 0, 1, 0.0)
+    assert (eq.divergent, eq.ids_differ, eq.logprob_beyond_tol, eq.rate) == (1, 0, 1, 0.0)
+    assert (eq.failures, eq.verdict) == (0, WITHIN_NOISE)  # one of 16 is within the noise
     assert eq.max_logprob_diff == pytest.approx(shift)
     assert eq.worst is not None and (eq.worst["session_id"], eq.worst["turn"]) == ("32k-001", 2)
-    assert analysis.run_summary(run)["cache_failures"].sum() == 1
+    # The same shift on every session's turn 2 in one ON block: 4 of 16 against 0 of 20.
+    shifted = _rewrite(
+        write_run(tmp_path / "all", SPEC),
+        first_logprob=pl.when((pl.col("turn") == 2) & (pl.col("block_in_placement") == 1))
+        .then(pl.col("first_logprob") + shift)
+        .otherwise(pl.col("first_logprob")),
+    )
+    run = analysis.load_run(shifted)
+    eq = analysis.equivalence(run)
+    assert (eq.failures, eq.ids_differ, eq.logprob_beyond_tol) == (4, 0, 4)
+    assert analysis.run_summary(run)["cache_failures"].sum() == 4
     assert analysis.equivalence(run, logprob_tol=2 * shift).failures == 0
 
 
@@ -217,15 +263,15 @@ def test_one_answer_for_every_prompt_is_reported_as_vacuous(tmp_path: Path) -> N
 
 
 def test_report_shows_the_cache_failure_first(tmp_path: Path) -> None:
-    run_dir = write_run(tmp_path, with_changes(SPEC, turns=4, diverge=1, needle_wrong=0))
+    run_dir = write_run(tmp_path, with_changes(SPEC, turns=4, diverge=4, needle_wrong=0))
     text = report.write_report(run_dir).read_text()
     order = [
         text.index("## Problems"),
-        text.index("**Correctness (cache failure): 1 of 32 ON answers differ from the OFF"),
-        text.index("divergence rate 3.1%"),
+        text.index("**Correctness (cache failure): the pool-served answers differ from OFF"),
+        text.index("divergence rate 12.5%"),
         text.index("Largest first-token logprob difference from OFF: 2.38"),
         text.index(
-            "**Worst case: alternate, context 32768, session 32k-003, turn 4, block 1: answer "
+            "**Worst case: alternate, context 32768, session 32k-000, turn 4, block 1: answer "
             "ffffffffffffffff where OFF answered"
         ),
         text.index("## Headline"),
@@ -240,7 +286,7 @@ def test_schema_1_runs_fall_back_to_block_salt_session_and_turn(tmp_path: Path) 
     old = with_changes(SPEC, turns=4, diverge=1, schema_version=1)
     run_dir = write_run(tmp_path / "a", old)
     eq = analysis.equivalence(analysis.load_run(run_dir))
-    assert (eq.basis, eq.compared, eq.failures) == (BASIS_SESSION, 32, 1)
+    assert (eq.basis, eq.compared, eq.divergent) == (BASIS_SESSION, 32, 1)
     assert "Prompts were matched by block salt, session and turn" in _problems(run_dir)
     # Old runs whose blocks had their own salts: the same session is not the same prompt.
     salted = with_changes(old, block_salts=True)

@@ -134,6 +134,7 @@ def summary_frame(
                         "speedup_sessions": None,
                         "contamination": night.contamination if cache == "off" and turn == 1 else 0,
                         "divergences": _on_turn(night.divergences, 2, turn, cache, night),
+                        "pool_divergences": 0,
                         "needle_graded": 16,
                         "needle_correct": 16 - _needles_wrong(night, cache, turn, turns),
                         "cache_failures": night.cache_failures if (cache, turn) == ("on", 2) else 0,
@@ -174,7 +175,7 @@ def _needles_wrong(night: Night, cache: str, turn: int, turns: int) -> int:
 
 
 #: Summary columns that stores written before ``cache_failures`` lack.
-NEW_COLUMNS = ("cache_failures", "off_inconsistent", "on_only")
+NEW_COLUMNS = ("cache_failures", "pool_divergences", "off_inconsistent", "on_only")
 #: Summary columns that stores written before the standard errors were kept lack.
 SE_COLUMNS = ("sessions", "ttft_log_se", "speedup_log_se", "speedup_sessions")
 
@@ -199,6 +200,7 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "speedup_sessions": pl.Int64(),
     "contamination": pl.UInt32(),
     "divergences": pl.UInt32(),
+    "pool_divergences": pl.UInt32(),
     "needle_graded": pl.UInt32(),
     "needle_correct": pl.UInt32(),
     "cache_failures": pl.UInt32(),

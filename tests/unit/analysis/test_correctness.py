@@ -20,6 +20,7 @@ from sessiongen.analysis.correctness import (
     OFF_INCONSISTENT,
     PASSED,
     VACUOUS,
+    WITHIN_NOISE,
     verdict,
 )
 from sessiongen.analysis.prompts import BASIS_DIGEST, BASIS_SESSION, keyed_requests
@@ -45,6 +46,16 @@ NEEDLE = SyntheticSpec(probe="needle", placements=("alternate",), sessions=4, tu
         ),
         ({"failures": 0, "off_inconsistent": 0, "exercised": 0, "vacuous": False}, NOT_EXERCISED),
         ({"failures": 0, "off_inconsistent": 0, "exercised": 1, "vacuous": False}, PASSED),
+        (
+            {
+                "failures": 0,
+                "off_inconsistent": 0,
+                "exercised": 1,
+                "vacuous": False,
+                "pool_diverged": 1,
+            },
+            WITHIN_NOISE,
+        ),
     ],
 )
 def test_verdict_precedence(counts: dict[str, int], expected: str) -> None:
@@ -52,19 +63,33 @@ def test_verdict_precedence(counts: dict[str, int], expected: str) -> None:
 
 
 def test_needles_missed_in_on_where_off_was_right_are_cache_failures(tmp_path: Path) -> None:
-    run = analysis.load_run(write_run(tmp_path, with_changes(NEEDLE, needle_wrong=2)))
+    # Every session misses its turn-6 needle in the first ON block, served by the pool:
+    # 4 of 40 pool-served answers wrong against 0 of 56 (turn-1 ON and OFF answers).
+    run = analysis.load_run(write_run(tmp_path, with_changes(NEEDLE, needle_wrong=4)))
     verdicts = analysis.correctness(run)
     n = verdicts.needles
-    assert (n.graded, n.compared, n.failures, n.off_wrong, n.on_only) == (48, 48, 2, 0, 0)
+    assert (n.graded, n.compared, n.failures, n.off_wrong, n.on_only) == (48, 48, 4, 0, 0)
     assert n.exercised == 2 * 4 * 5 and n.evidence == "request"  # ON blocks x sessions x turns 2-6
-    assert verdicts.cache_failures == 2 and n.verdict == CACHE_FAILURE
+    assert (n.baseline.base_compared, n.baseline.base_diverged) == (8 + 48, 0)
+    assert verdicts.cache_failures == 4 and n.verdict == CACHE_FAILURE
     line = verdicts.failure_line()
-    assert line == (
-        "cache failures: 2 of 48 needle answers wrong in the ON arm where the OFF arm "
-        "answered the same prompt right"
+    assert line is not None and line.startswith(
+        "cache failures: 4 pool-served needle answers wrong in the ON arm where the OFF arm "
+        "answered the same prompt right: 4 of 40 pool-served answers differ from OFF, "
+        "against 0 of 56"
     )
     cells = analysis.correctness_cells(run).filter(pl.col("cache_failures") > 0)
-    assert cells.select("cache", "turn", "cache_failures").rows() == [("on", 6, 2)]
+    assert cells.select("cache", "turn", "cache_failures").rows() == [("on", 6, 4)]
+
+
+def test_a_needle_miss_within_the_noise_is_not_a_cache_failure(tmp_path: Path) -> None:
+    # One miss among 40 pool-served answers (p = 0.32 against a clean 56) failed the run.
+    run = analysis.load_run(write_run(tmp_path, with_changes(NEEDLE, needle_wrong=1)))
+    verdicts = analysis.correctness(run)
+    assert (verdicts.needles.wrong, verdicts.needles.failures) == (1, 0)
+    assert verdicts.needles.verdict == WITHIN_NOISE and verdicts.cache_failures == 0
+    cells = analysis.correctness_cells(run)
+    assert cells["cache_failures"].sum() == 0 and cells["pool_divergences"].sum() == 1
 
 
 def test_needles_missed_with_the_cache_off_are_a_model_limit(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from sessiongen import report
 from sessiongen.report.plots import FIGURE_NAMES
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
-FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=2, failing_sessions=1)
+FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=5, failing_sessions=1)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -75,8 +75,8 @@ def test_problems_come_first(faulty_report: Path, clean_report: Path) -> None:
     text = faulty_report.read_text()
     order = [
         text.index("## Problems"),
-        text.index("Correctness (cache failure): 2 of"),
-        text.index("needle answers wrong in the ON arm where the OFF arm answered the same"),
+        text.index("Correctness (cache failure): 5 pool-served needle answers wrong in the ON"),
+        text.index("answered the same prompt right, more often than the noise allows"),
         text.index("Contamination: 3 requests"),
         text.index("Request errors: 1."),
         text.index("## Headline"),

@@ -247,16 +247,26 @@ def test_stores_without_cache_failures_fall_back_to_what_is_safe(tmp_path: Path)
 
 
 def test_cache_failures_count_at_once_and_errors_must_persist(tmp_path: Path) -> None:
-    write_history(tmp_path, [FLAT] * 5 + [Night(errors=1, cache_failures=1)])
+    write_history(tmp_path, [FLAT] * 5 + [Night(errors=4, cache_failures=1)])
     assert set(trend.trend_check(tmp_path).regressions["metric"]) == {"cache_failures"}
-    write_history(tmp_path, [Night(errors=2)], first=6)
+    write_history(tmp_path, [Night(errors=4)], first=6)
     [row] = trend.trend_check(tmp_path).regressions.iter_rows(named=True)
     assert (row["metric"], row["nights"], row["started"], row["after"]) == (
         "errors",
         2,
         night_label(5),
-        4.0,
+        8.0,
     )
+
+
+def test_errors_at_their_usual_rate_never_alarm(tmp_path: Path) -> None:
+    # Every night fails a few requests (a replica's occasional timeout): errors on each
+    # of the newest nights alarmed every night. Only a rise above the earlier rate does.
+    write_history(tmp_path, [Night(errors=2)] * 8)
+    assert trend.trend_check(tmp_path).regressions.is_empty()
+    write_history(tmp_path, [Night(errors=20)] * 2, first=8)
+    [row] = trend.trend_check(tmp_path).regressions.iter_rows(named=True)
+    assert (row["metric"], row["started"]) == ("errors", night_label(8))
 
 
 def test_gaps_and_outliers(tmp_path: Path) -> None:
