@@ -184,8 +184,35 @@ def _full_rank(x: Array) -> bool:
 def identify(x: Array, names: Sequence[str]) -> Identification:
     """Which parameters the design ``x`` (columns ``names``) leaves undetermined, and
     which to hold at 0 (in :data:`HOLD_ORDER`, then from the last column back) so that
-    the others are solved from a design of full rank."""
+    the others are solved from a design of full rank.
+
+    The request overhead is a term the engine's model does without: when the runs
+    cannot separate it (cold requests at two sizes), it alone is held at 0 and the
+    others are judged without it, as the model stood before it had the term."""
     rank, _cond, vt = _rank(x)
+    why = _unseparated(x, names, rank, vt)
+    if OVERHEAD in why and OVERHEAD in names:
+        j = list(names).index(OVERHEAD)
+        rest = identify(np.delete(x, j, axis=1), [n for n in names if n != OVERHEAD])
+        unidentified = {OVERHEAD: why[OVERHEAD] + "; held at 0: the others assume none"}
+        unidentified.update(rest.unidentified)
+        return Identification(
+            len(names), rank, rest.condition, (OVERHEAD, *rest.held), unidentified
+        )
+    order = [n for n in HOLD_ORDER if n in why] + [n for n in reversed(names) if n in why]
+    held: list[str] = []
+    keep = list(range(len(names)))
+    for name in dict.fromkeys(order):
+        if _rank(x[:, keep])[0] == len(keep):
+            break
+        held.append(name)
+        keep.remove(names.index(name))
+    _r, condition, _vt = _rank(x[:, keep]) if keep else (0, math.inf, vt)
+    return Identification(len(names), rank, condition, tuple(held), why)
+
+
+def _unseparated(x: Array, names: Sequence[str], rank: int, vt: Array) -> dict[str, str]:
+    """Parameters with weight in the design's null space, and those no request measures."""
     why: dict[str, str] = {}
     norms = np.linalg.norm(x, axis=0)
     for j in np.flatnonzero(norms == 0):
@@ -198,16 +225,7 @@ def identify(x: Array, names: Sequence[str]) -> Identification:
             others = [m for m in members if m != name]
             if others:
                 why.setdefault(name, "not separable from " + ", ".join(others))
-    order = [n for n in HOLD_ORDER if n in why] + [n for n in reversed(names) if n in why]
-    held: list[str] = []
-    keep = list(range(len(names)))
-    for name in dict.fromkeys(order):
-        if _rank(x[:, keep])[0] == len(keep):
-            break
-        held.append(name)
-        keep.remove(names.index(name))
-    _r, condition, _vt = _rank(x[:, keep]) if keep else (0, math.inf, vt)
-    return Identification(len(names), rank, condition, tuple(held), why)
+    return why
 
 
 def nnls_free(a: Array, b: Array, free: NDArray[np.bool_]) -> Array:

@@ -29,8 +29,9 @@ distinct local-hit sizes), so the fit is (numerics and their sources in
 Only requests that ran alone are used (exact hit attribution: ``hit_source`` counters,
 older runs' counter deltas, or the planner's own account at one session in flight), so
 no queueing is in their times. Intervals are percentile bootstrap intervals over
-sessions, stratified by run and context size, runs resampled too when several are
-given, 2,000 resamples, seeded; failed resamples are counted. Parameters the runs
+sessions, stratified by run and context size (rescaled for the few sessions each
+size has), runs resampled too when several are given, 2,000 resamples, seeded; failed
+resamples are counted. Parameters the runs
 cannot determine are reported as *not identified by these runs*, with the design's
 rank and condition number. The fit refuses, with one line, when the runs lack what a
 parameter needs: cold requests at two or more sizes (prefill), local hits (their
@@ -313,16 +314,14 @@ def _not_identified(design: Design, values: dict[str, float]) -> dict[str, str]:
     out: dict[str, str] = {}
     for ident in (design.first_token, design.decode):
         for name, why in ident.unidentified.items():
-            out[name] = why + ("; held at 0" if name in ident.held else "")
+            held = name in ident.held and "held at 0" not in why
+            out[name] = why + ("; held at 0" if held else "")
     for name, v in values.items():
-        if name != OVERHEAD and name in _BOUNDED and v == 0.0 and name not in out:
+        if name != OVERHEAD and v == 0.0 and name not in out:
             out[name] = "at its bound 0"
     if "pool_s_per_gb" in out:
         out["pool_bandwidth_gbps"] = "from pool_s_per_gb, " + out["pool_s_per_gb"]
     return out
-
-
-_BOUNDED = frozenset({*FIRST_TOKEN_PARAMS, *DECODE_PARAMS})
 
 
 def fit_runs(
@@ -376,7 +375,7 @@ def fit(
     for k, v in values.items():
         pair = (math.nan, math.nan)
         if k not in unknown:
-            pair = boot.interval(k, v, CONFIDENCE, bounded=k in _BOUNDED)
+            pair = boot.interval(k, v, CONFIDENCE, bounded=k != OVERHEAD)
         low[k], high[k] = pair
     # Bandwidth's interval is the inverse of the transfer cost's (monotone, so exact).
     if "pool_bandwidth_gbps" not in unknown:

@@ -330,3 +330,16 @@ def test_a_run_that_does_not_tell_the_pool_says_so_in_the_profile(tmp_path: Path
     text = fit.profile_toml(fit.fit_runs([run], kv_bytes_per_token=2048, resamples=50))
     assert "# not told by the runs (set them for your pair): " in text
     assert "pool_chunk_tokens" in text.split("not told by the runs")[1].splitlines()[0]
+
+
+def test_cold_requests_at_two_sizes_leave_only_the_request_overhead_unidentified(
+    tmp_path: Path,
+) -> None:
+    """Two cold sizes cannot separate a constant from the prefill's linear and
+    attention terms: the overhead alone is held at 0 and said to be, and the others
+    are fitted as the model without it would fit them."""
+    run = write_probe_run(tmp_path, TRUTH, noise=0.0, seed=0, sizes=(2000, 4000))
+    result = fit.fit([run], kv_bytes_per_token=2048, resamples=50)
+    assert list(result.not_identified) == ["request_overhead_s"]
+    assert "held at 0" in result.not_identified["request_overhead_s"]
+    assert result.values["prefill_s_per_ktok"] == pytest.approx(0.05, rel=1e-6)
