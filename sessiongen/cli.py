@@ -558,18 +558,30 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     type=click.IntRange(1),
     help="The model's KV bytes per token (default: from the runs, where they say it).",
 )
-def fit_cmd(run_dirs: tuple[str, ...], output: str, kv_bytes_per_token: int | None) -> None:
+@click.option(
+    "--resamples",
+    type=click.IntRange(1000),
+    help="Bootstrap resamples behind each interval (at least 1000; default 2000).",
+)
+def fit_cmd(
+    run_dirs: tuple[str, ...], output: str, kv_bytes_per_token: int | None, resamples: int | None
+) -> None:
     """Fit the simulator's timing profile to real runs of RUN_DIRS.
 
     Uses the requests that ran alone (concurrency 1, exact hit counts): cold prefills
     at several sizes, local hits and cross-replica pool hits, as the probe scenario
     (scenarios/fitprobe.toml) makes them. Prints each parameter with a 95% bootstrap
-    interval and the residuals per cell; writes a profile that
-    --set target.sim.profile=OUTPUT loads.
+    interval over sessions (and over runs, when several are given), or says that the
+    runs do not identify it, then the design's rank, warnings and the residuals per
+    cell; writes a profile that --set target.sim.profile=OUTPUT loads.
     """
     from sessiongen.capacity import fit
 
-    result = fit.fit_runs([Path(d) for d in run_dirs], kv_bytes_per_token=kv_bytes_per_token)
+    result = fit.fit_runs(
+        [Path(d) for d in run_dirs],
+        kv_bytes_per_token=kv_bytes_per_token,
+        resamples=resamples or fit.RESAMPLES,
+    )
     click.echo(fit.summary_text(result))
     click.echo(f"profile: {fit.write_profile(result, Path(output))}")
 

@@ -1,7 +1,10 @@
 """Capacity planning: fit the simulator to real runs, then ask what-if in virtual time.
 
 - :mod:`.fit`: ``sessiongen fit``: the timing profile from real runs' records, with
-  bootstrap intervals and residuals, written as a profile file a scenario can load;
+  bootstrap intervals, what the runs leave unidentified, and residuals, written as a
+  profile file a scenario can load;
+- :mod:`.estimate`: the fit's numerics on arrays (design, IRLS, identification, the
+  stratified two-stage bootstrap), pure and seeded;
 - :mod:`.structure`: the pair's structure a profile takes from the run (KV block and
   cache, scheduler limits, LMCache chunk and pool), not fitted;
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served

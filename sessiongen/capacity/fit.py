@@ -9,22 +9,41 @@ in thousands of tokens for ``n`` (prompt), ``u`` (recomputed), ``h`` (hit = loca
 pool), with ``H`` the local-hit overhead (piecewise linear over the locally hit
 tokens, 0 without a local hit), ``c0`` the fixed cost of a pool load and ``BW`` the
 pool-to-GPU bandwidth for ``kv`` bytes per token; ``ITL(n) = itl_base + itl_k n`` is
-the decode step at batch 1. Everything is linear in the parameters once ``H`` is
-written as values at knots, so the fit is two non-negative least-squares problems
-(Lawson & Hanson 1974, ``scipy.optimize.nnls``):
+the decode step at batch 1. A measured TTFT also holds time no engine step accounts
+for: the client, HTTP, the server's tokenization (and, in a simulated run, the
+client's and the simulator's lateness divided by the time scale). The fit gives it a
+term of its own, the *request overhead* ``c`` paid by every request, fitted with
+either sign; without it the constant lands in the prefill cost (cold requests have
+no other constant) and in ``H`` and ``c0``, and their intervals miss the truth.
 
-1. decode: each request's median inter-token gap against its context gives
+Everything is linear in the parameters once ``H`` is written as values at knots (the
+distinct local-hit sizes), so the fit is (numerics and their sources in
+:mod:`.estimate`):
+
+1. decode: each request's mean decode gap against its decode context gives
    ``itl_base`` and ``itl_per_ktok_s``;
-2. first token: ``TTFT - ITL(n)`` against the columns above gives ``a``, ``b``, ``c0``,
-   ``kv / BW`` and the overhead at the knots.
+2. first token: ``TTFT - ITL(n)`` against the columns above gives ``c``, ``a``, ``b``,
+   ``c0``, ``kv / BW`` and the overhead at the knots, by least squares weighted by the
+   predicted TTFT (relative errors), iterated until the weights settle.
 
 Only requests that ran alone are used (exact hit attribution: ``hit_source`` counters,
-or older runs' counter deltas), so no queueing is in their times. Intervals are
-percentile bootstrap intervals over sessions (Efron & Tibshirani 1993), 200 resamples,
-seeded. The fit refuses, with one line, when the runs lack what a parameter needs: cold
-requests at two or more sizes (prefill), local hits (their overhead), pool hits on
-cross-replica turns with the pool on (load cost and bandwidth), decode gaps (ITL).
-Residuals are reported per (context size, path) cell: cold, local, pool.
+older runs' counter deltas, or the planner's own account at one session in flight), so
+no queueing is in their times. Intervals are percentile bootstrap intervals over
+sessions, stratified by run and context size (rescaled for the few sessions each
+size has), runs resampled too when several are given, 2,000 resamples, seeded; failed
+resamples are counted. Parameters the runs
+cannot determine are reported as *not identified by these runs*, with the design's
+rank and condition number. The fit refuses, with one line, when the runs lack what a
+parameter needs: cold requests at two or more sizes (prefill), local hits (their
+overhead), pool hits on cross-replica turns with the pool on (load cost and
+bandwidth), decode gaps (ITL). Residuals are reported per (context size, path) cell:
+cold, local, pool. For a simulated run the client's TTFT is compared with the
+simulator's own, and a measurement error beyond :data:`ERROR_SHARE` of a cell's TTFT
+is a warning: the fitted values carry it.
+
+The simulator has no per-request term, so the profile written adds ``c`` to the
+local-hit overhead at each knot and to the pool's fixed cost: the simulator then
+reproduces the measured local and pool TTFTs, and models cold ones short by ``c``.
 """
 
 from __future__ import annotations
@@ -38,9 +57,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
-from scipy.optimize import nnls
 
-from sessiongen.capacity import structure
+from sessiongen.analysis.fidelity import ERROR_SHARE
+from sessiongen.capacity import estimate, structure
+from sessiongen.capacity.estimate import (
+    DECODE_PARAMS,
+    FIRST_TOKEN_PARAMS,
+    OVERHEAD,
+    Identification,
+    Requests,
+)
 from sessiongen.errors import UserError
 from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.launch.tinymodel import BUILTIN_TINY
@@ -49,14 +75,33 @@ from sessiongen.records.format import RunMeta
 from sessiongen.records.io import read_meta
 from sessiongen.records.run import load_run
 
-#: Parameters fitted, in the order of their design-matrix columns (after the knots).
-FIRST_TOKEN_PARAMS = (
-    "prefill_s_per_ktok",
-    "attn_s_per_ktok2",
-    "pool_load_fixed_s",
-    "pool_s_per_gb",
-)
-RESAMPLES = 200
+__all__ = [
+    "ERROR_SHARE",
+    "FIRST_TOKEN_PARAMS",
+    "OVERHEAD",
+    "RESAMPLES",
+    "Fit",
+    "FitError",
+    "choose_knots",
+    "fit",
+    "fit_runs",
+    "observations",
+    "predict",
+    "profile_toml",
+    "residuals",
+    "summary_text",
+    "write_profile",
+]
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+#: Most knots of the local-hit overhead (besides 0).
+MOST_KNOTS = 6
+#: Bandwidth written when the transfer term is held at 0 or too small to measure (GB/s).
+UNMEASURABLE_GBPS = 1e6
+#: A share of failed resamples above this is a warning (the intervals are then over the
+#: resamples that could be fitted, not over all).
+FAILED_SHARE = 0.01
 
 
 class FitError(UserError):
@@ -67,7 +112,8 @@ class FitError(UserError):
 class Observation:
     """The requests a fit stands on: one row each, modeled seconds."""
 
-    frame: pl.DataFrame  # prompt_tokens, local, pool, ttft_s, itl_p50_s, unit, context_tokens
+    # n, local, pool, ttft_s, tpot_s, decode_ctx, server_ttft_s, context_tokens, run, unit
+    frame: pl.DataFrame
 
     @property
     def n(self) -> int:
@@ -75,8 +121,23 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class Design:
+    """What the runs determine: the first-token and decode designs' identification."""
+
+    first_token: Identification
+    decode: Identification
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        return self.first_token.held + self.decode.held
+
+
+@dataclass(frozen=True)
 class Fit:
-    """A fitted profile: values, intervals, residuals, and what it stood on."""
+    """A fitted profile: values, intervals, residuals, and what it stood on.
+
+    ``low`` and ``high`` are NaN for a parameter in ``not_identified`` (name -> why).
+    """
 
     values: dict[str, float]
     low: dict[str, float]
@@ -86,44 +147,77 @@ class Fit:
     requests: int
     sources: tuple[str, ...]
     fixed: dict[str, Any] = field(default_factory=dict)  # carried over, not fitted
+    not_identified: dict[str, str] = field(default_factory=dict)
+    design: Design | None = None
+    resampling: estimate.Resampling | None = None
+    warnings: tuple[str, ...] = ()
 
     def profile(self) -> dict[str, Any]:
-        """The ``[target.sim]`` parameters this fit gives."""
+        """The ``[target.sim]`` parameters this fit gives (the request overhead added
+        to the local-hit overhead and the pool's fixed cost: the simulator has no term
+        for it)."""
         v = self.values
+        c = v.get(OVERHEAD, 0.0)
         out: dict[str, Any] = dict(self.fixed)
         out.update(
             prefill_s_per_ktok=v["prefill_s_per_ktok"],
             attn_s_per_ktok2=v["attn_s_per_ktok2"],
-            pool_load_fixed_s=v["pool_load_fixed_s"],
+            pool_load_fixed_s=max(0.0, v["pool_load_fixed_s"] + c),
             pool_bandwidth_gbps=v["pool_bandwidth_gbps"],
             hit_overhead_tokens=list(self.knots),
-            hit_overhead_s=[0.0, *(v[f"hit_overhead_{k}"] for k in self.knots[1:])],
+            hit_overhead_s=[0.0, *(max(0.0, v[estimate.knot_name(k)] + c) for k in self.knots[1:])],
             itl_base_s=v["itl_base_s"],
             itl_per_ktok_s=v["itl_per_ktok_s"],
         )
         return out
 
+    def interval_text(self, name: str) -> str:
+        """``[low, high]``, or why the runs do not tell the parameter."""
+        if name in self.not_identified:
+            return f"not identified by these runs ({self.not_identified[name]})"
+        if math.isnan(self.low[name]):
+            return "no interval (a context size with one session)"
+        return f"[{self.low[name]:.6g}, {self.high[name]:.6g}]"
+
+
+def _alone(meta: RunMeta) -> pl.Expr:
+    """Rows whose hits are exact and that ran alone: counted from the replicas'
+    counters at concurrency 1 (null: older runs' counter deltas), or the planner's own
+    account with one closed-loop session in flight."""
+    counted = pl.col("hit_source").is_null() | (pl.col("hit_source") == "counters")
+    load = meta.scenario.get("load") or {}
+    driver = meta.scenario.get("driver") or {}
+    closed = load.get("arrival", "closed") == "closed"
+    one = pl.col("load_level") == 1 if closed else pl.lit(False)
+    if closed and driver.get("concurrency") == 1:
+        one = one | pl.col("load_level").is_null()
+    return counted | ((pl.col("hit_source") == "planner") & one)
+
 
 def observations(run_dirs: Sequence[str | Path]) -> Observation:
     """Requests that ran alone, with exact hits, from every run."""
     frames = []
-    for run_dir in run_dirs:
+    for index, run_dir in enumerate(run_dirs):
         run = load_run(run_dir)
         rows = run.ok.filter(
             pl.col("prompt_tokens").is_not_null()
             & pl.col("local_hit_tokens").is_not_null()
             & pl.col("external_hit_tokens").is_not_null()
-            & (pl.col("hit_source").is_null() | (pl.col("hit_source") == "counters"))
+            & _alone(run.meta)
         )
+        tokens = pl.coalesce("completion_tokens", "output_chunks").cast(pl.Float64)
+        gaps = (pl.col("e2e_s") - pl.col("ttft_s")) / (tokens - 1)
         frames.append(
             rows.select(
                 pl.col("prompt_tokens").cast(pl.Float64).alias("n"),
                 pl.col("local_hit_tokens").cast(pl.Float64).alias("local"),
                 pl.col("external_hit_tokens").cast(pl.Float64).alias("pool"),
                 "ttft_s",
-                "itl_p50_s",
-                "output_chunks",
+                pl.when(tokens >= 3).then(gaps).otherwise(None).alias("tpot_s"),
+                (pl.col("prompt_tokens") + tokens / 2).alias("decode_ctx"),
+                "server_ttft_s",
                 "context_tokens",
+                pl.lit(index).alias("run"),
                 pl.concat_str(pl.lit(run.run_id), pl.col("block"), pl.col("session_id")).alias(
                     "unit"
                 ),
@@ -150,107 +244,92 @@ def _check(obs: Observation) -> None:
             "pool load cost and bandwidth: no cross-replica turns with the pool on "
             "(external hits); run the probe scenario with design.cache = [off, on]"
         )
-    if f.filter(pl.col("itl_p50_s").is_not_null() & (pl.col("output_chunks") >= 3)).is_empty():
+    if f.filter(pl.col("tpot_s").is_not_null()).is_empty():
         raise FitError("decode step: needs requests with at least 3 output tokens")
 
 
-def choose_knots(local_hits: NDArray[np.float64], most: int = 4) -> tuple[int, ...]:
-    """0 and up to ``most`` knots at the distinct local-hit sizes (rounded to 1k tokens)."""
-    sizes = sorted({round(float(x) / 1000.0) * 1000 for x in local_hits if x > 0} - {0})
+def choose_knots(local_hits: NDArray[np.float64], most: int = MOST_KNOTS) -> tuple[int, ...]:
+    """0 and up to ``most`` knots: the local-hit sizes, grouped to the nearest 1k tokens,
+    each knot at its group's largest hit. A knot on the data, and none of the data past
+    the last knot (the overhead is flat there), so the value at a knot is the overhead
+    measured at that size."""
+    groups: dict[int, int] = {}
+    for x in local_hits:
+        if x > 0:
+            key = round(float(x) / 1000.0)
+            groups[key] = max(groups.get(key, 0), int(x))
+    sizes = sorted(groups.values())
     if len(sizes) > most:
         picks = np.linspace(0, len(sizes) - 1, most).round().astype(int)
         sizes = [sizes[i] for i in sorted(set(picks.tolist()))]
     return (0, *sizes)
 
 
-def _hat(x: NDArray[np.float64], knots: Sequence[int]) -> NDArray[np.float64]:
-    """Interpolation weights of ``x`` on ``knots`` (flat beyond the last), knot 0 dropped:
-    ``H(x) = weights @ values`` reproduces ``numpy.interp`` on the knots."""
-    out = np.zeros((x.size, len(knots) - 1))
-    for j in range(1, len(knots)):
-        basis = np.zeros(len(knots))
-        basis[j] = 1.0
-        out[:, j - 1] = np.interp(x, knots, basis)
-    out[x <= 0] = 0.0  # no local hit: no overhead
-    return out
-
-
-def _fit_itl(f: pl.DataFrame) -> tuple[float, float]:
-    rows = f.filter(pl.col("itl_p50_s").is_not_null() & (pl.col("output_chunks") >= 3))
-    ctx = rows["n"].to_numpy() / 1000.0
-    design = np.column_stack([np.ones_like(ctx), ctx])
-    coef, _ = nnls(design, rows["itl_p50_s"].to_numpy())
-    return float(coef[0]), float(coef[1])
-
-
-def _design(f: pl.DataFrame, knots: Sequence[int], kv_bytes: float) -> NDArray[np.float64]:
-    n, local, pool = (f[c].to_numpy() for c in ("n", "local", "pool"))
-    hit = local + pool
-    u = (n - hit) / 1000.0
-    attn = (n / 1000.0) ** 2 - (hit / 1000.0) ** 2
-    pool_on = (pool > 0).astype(np.float64)
-    pool_gb = pool * kv_bytes / 1e9
-    return np.column_stack([u, attn, pool_on, pool_gb, _hat(local, knots)])
-
-
-def _solve(f: pl.DataFrame, knots: Sequence[int], kv_bytes: float) -> dict[str, float]:
-    base, per_k = _fit_itl(f)
-    ttft = f["ttft_s"].to_numpy()
-    y = ttft - (base + per_k * f["n"].to_numpy() / 1000.0)
-    # Relative errors: a 50 ms local hit weighs as much as a 30 s cold prefill.
-    w = 1.0 / np.maximum(ttft, 1e-6)
-    coef, _ = nnls(_design(f, knots, kv_bytes) * w[:, None], np.maximum(y, 0.0) * w)
-    values = dict(zip(FIRST_TOKEN_PARAMS, coef[:4].tolist(), strict=True))
-    values["pool_bandwidth_gbps"] = _bandwidth(values["pool_s_per_gb"])
-    for k, v in zip(knots[1:], coef[4:].tolist(), strict=True):
-        values[f"hit_overhead_{k}"] = v
-    values.update(itl_base_s=base, itl_per_ktok_s=per_k)
-    return values
-
-
-#: Bandwidth reported when the transfer term is too small to measure (GB/s).
-UNMEASURABLE_GBPS = 1e6
+def _requests(f: pl.DataFrame) -> Requests:
+    """The frame's rows as arrays, with their session and (run, context size) stratum."""
+    unit_ids = f["unit"].unique(maintain_order=True).to_list()
+    index = {u: i for i, u in enumerate(unit_ids)}
+    session = np.array([index[u] for u in f["unit"].to_list()], dtype=np.int64)
+    first = f.group_by("unit", maintain_order=True).agg(
+        pl.col("run").first(), pl.col("context_tokens").first()
+    )
+    strata = {row[0]: (row[1], row[2]) for row in first.iter_rows()}
+    keys = sorted(set(strata.values()))
+    stratum_of = {u: keys.index(k) for u, k in strata.items()}
+    return Requests(
+        n=f["n"].to_numpy().astype(np.float64),
+        local=f["local"].to_numpy().astype(np.float64),
+        pool=f["pool"].to_numpy().astype(np.float64),
+        ttft=f["ttft_s"].to_numpy().astype(np.float64),
+        tpot=f["tpot_s"].fill_null(np.nan).to_numpy().astype(np.float64),
+        decode_ctx=f["decode_ctx"].fill_null(0).to_numpy().astype(np.float64),
+        session=session,
+        stratum=np.array([stratum_of[u] for u in unit_ids], dtype=np.int64)[session],
+        run=f["run"].to_numpy().astype(np.int64),
+    )
 
 
 def _bandwidth(s_per_gb: float) -> float:
     """GB/s from seconds per GB (capped where the runs could not see a transfer cost)."""
+    if math.isnan(s_per_gb):
+        return math.nan
     return min(UNMEASURABLE_GBPS, 1.0 / s_per_gb) if s_per_gb > 0 else UNMEASURABLE_GBPS
 
 
-def predict(f: pl.DataFrame, values: dict[str, float], knots: Sequence[int], kv: float) -> Any:
-    """Modeled TTFT of each request under the fitted values."""
-    coef = np.array(
-        [values[p] for p in FIRST_TOKEN_PARAMS] + [values[f"hit_overhead_{k}"] for k in knots[1:]]
-    )
-    itl = values["itl_base_s"] + values["itl_per_ktok_s"] * f["n"].to_numpy() / 1000.0
-    return _design(f, knots, kv) @ coef + itl
+def _ordered(values: dict[str, float], knots: Sequence[int]) -> dict[str, float]:
+    names = [OVERHEAD, *FIRST_TOKEN_PARAMS, "pool_bandwidth_gbps"]
+    names += [estimate.knot_name(k) for k in knots[1:]] + list(DECODE_PARAMS)
+    return {k: values[k] for k in names}
 
 
-def residuals(f: pl.DataFrame, predicted: Any) -> pl.DataFrame:
-    """Per (context size, path): requests, median measured and modeled, median error."""
-    path = (
-        pl.when(pl.col("pool") > 0)
-        .then(pl.lit("pool"))
-        .when(pl.col("local") > 0)
-        .then(pl.lit("local"))
-        .otherwise(pl.lit("cold"))
-    )
-    return (
-        f.with_columns(path=path, modeled_s=pl.Series(predicted))
-        .with_columns(error=(pl.col("modeled_s") - pl.col("ttft_s")) / pl.col("ttft_s"))
-        .group_by("context_tokens", "path")
-        .agg(
-            n=pl.len(),
-            measured_s=pl.col("ttft_s").median(),
-            modeled_s=pl.col("modeled_s").median(),
-            median_error=pl.col("error").median(),
-        )
-        .sort("context_tokens", "path")
-    )
+def _identify(r: Requests, knots: Sequence[int], kv_bytes: float) -> Design:
+    names = estimate.first_token_names(knots)
+    first = estimate.identify(estimate.first_token_design(r, knots, kv_bytes), names)
+    decode = estimate.identify(estimate.decode_design(r)[0], DECODE_PARAMS)
+    return Design(first, decode)
+
+
+def _not_identified(design: Design, values: dict[str, float]) -> dict[str, str]:
+    """Parameters the runs do not determine, and why (held ones say so)."""
+    out: dict[str, str] = {}
+    for ident in (design.first_token, design.decode):
+        for name, why in ident.unidentified.items():
+            held = name in ident.held and "held at 0" not in why
+            out[name] = why + ("; held at 0" if held else "")
+    for name, v in values.items():
+        if name != OVERHEAD and v == 0.0 and name not in out:
+            out[name] = "at its bound 0"
+    if "pool_s_per_gb" in out:
+        out["pool_bandwidth_gbps"] = "from pool_s_per_gb, " + out["pool_s_per_gb"]
+    return out
 
 
 def fit_runs(
-    run_dirs: Sequence[str | Path], *, kv_bytes_per_token: int | None = None, seed: int = 0
+    run_dirs: Sequence[str | Path],
+    *,
+    kv_bytes_per_token: int | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
 ) -> Fit:
     """:func:`fit` with the model's KV size and the pair's structure (KV block and
     cache, scheduler limits, pool chunk and size: :mod:`.structure`) taken from the
@@ -265,7 +344,7 @@ def fit_runs(
             "--kv-bytes-per-token (2 x layers x KV heads x head dim x dtype bytes)"
         )
     fixed = structure.structure(meta, kv_bytes_per_token=kv)
-    return fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, seed=seed)
+    return fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, resamples=resamples, seed=seed)
 
 
 def fit(
@@ -281,28 +360,118 @@ def fit(
     _check(obs)
     f = obs.frame
     knots = choose_knots(f["local"].to_numpy())
-    values = _solve(f, knots, kv_bytes_per_token)
-    units = f["unit"].unique().sort().to_list()
-    groups = {u: sub for (u,), sub in f.partition_by("unit", as_dict=True).items()}
-    rng = np.random.default_rng(seed)
-    draws: dict[str, list[float]] = {k: [] for k in values}
-    for _ in range(resamples):
-        picked = rng.integers(0, len(units), len(units))
-        sample = pl.concat([groups[units[i]] for i in picked])
-        try:
-            for k, v in _solve(sample, knots, kv_bytes_per_token).items():
-                draws[k].append(v)
-        except (ValueError, np.linalg.LinAlgError):
-            continue
-    low = {k: float(np.quantile(v, 0.025)) if v else math.nan for k, v in draws.items()}
-    high = {k: float(np.quantile(v, 0.975)) if v else math.nan for k, v in draws.items()}
+    r = _requests(f)
+    design = _identify(r, knots, kv_bytes_per_token)
+    full = estimate.solve(r, knots, kv_bytes_per_token, held=design.held)
+    values = dict(full.values)
+    values["pool_bandwidth_gbps"] = _bandwidth(values["pool_s_per_gb"])
+    values = _ordered(values, knots)
+    unknown = _not_identified(design, values)
+    boot = estimate.bootstrap(
+        r, knots, kv_bytes_per_token, full, held=design.held, resamples=resamples, seed=seed
+    )
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for k, v in values.items():
+        pair = (math.nan, math.nan)
+        if k not in unknown:
+            pair = boot.interval(k, v, CONFIDENCE, bounded=k != OVERHEAD)
+        low[k], high[k] = pair
     # Bandwidth's interval is the inverse of the transfer cost's (monotone, so exact).
-    low["pool_bandwidth_gbps"] = _bandwidth(high["pool_s_per_gb"])
-    high["pool_bandwidth_gbps"] = _bandwidth(low["pool_s_per_gb"])
-    res = residuals(f, predict(f, values, knots, kv_bytes_per_token))
+    if "pool_bandwidth_gbps" not in unknown:
+        low["pool_bandwidth_gbps"] = _bandwidth(high["pool_s_per_gb"])
+        high["pool_bandwidth_gbps"] = _bandwidth(low["pool_s_per_gb"])
+    res = residuals(f, full.predicted)
     fixed = {**(fixed or {}), "kv_bytes_per_token": int(kv_bytes_per_token)}
     sources = tuple(str(Path(d)) for d in run_dirs)
-    return Fit(values, low, high, knots, res, obs.n, sources, fixed)
+    warnings = _warnings(f, unknown, boot)
+    return Fit(
+        values, low, high, knots, res, obs.n, sources, fixed, unknown, design, boot, warnings
+    )
+
+
+def _path() -> pl.Expr:
+    return (
+        pl.when(pl.col("pool") > 0)
+        .then(pl.lit("pool"))
+        .when(pl.col("local") > 0)
+        .then(pl.lit("local"))
+        .otherwise(pl.lit("cold"))
+    )
+
+
+def measurement_error(f: pl.DataFrame) -> pl.DataFrame:
+    """Simulated runs: per (context size, path), the median of the client's TTFT minus
+    the simulator's own and its share of the median TTFT (empty for real runs)."""
+    rows = f.filter(pl.col("server_ttft_s").is_not_null())
+    error = pl.col("ttft_s") - pl.col("server_ttft_s")
+    return (
+        rows.with_columns(path=_path())
+        .group_by("context_tokens", "path")
+        .agg(n=pl.len(), error_s=error.median(), ttft_s=pl.col("ttft_s").median())
+        .with_columns(share=pl.col("error_s") / pl.col("ttft_s"))
+        .sort("context_tokens", "path")
+    )
+
+
+def _warnings(
+    f: pl.DataFrame, unknown: dict[str, str], boot: estimate.Resampling
+) -> tuple[str, ...]:
+    out = []
+    if unknown:
+        out.append(
+            "warning: not identified by these runs (the profile holds what the least-squares "
+            f"fit gave; the planner should not be asked about them): {', '.join(unknown)}"
+        )
+    if boot.fewest < 2:
+        out.append(
+            "warning: a context size has one session: nothing to resample there, so no "
+            "intervals; run two or more sessions per size (sessions.count)"
+        )
+    if boot.failed > FAILED_SHARE * boot.resamples:
+        out.append(
+            f"warning: {boot.failed} of {boot.resamples} resamples could not be fitted; the "
+            "intervals are over the others"
+        )
+    errors = measurement_error(f)
+    flagged = errors.filter(pl.col("share").abs() > ERROR_SHARE)
+    if not flagged.is_empty():
+        worst = flagged.sort(pl.col("share").abs(), descending=True).row(0, named=True)
+        out.append(
+            f"warning: simulated run: the client's TTFT exceeds the simulator's own by more "
+            f"than {ERROR_SHARE:.0%} in {flagged.height} of {errors.height} cells (worst "
+            f"{worst['context_tokens']} {worst['path']}: {1000 * worst['error_s']:.3g} ms, "
+            f"{worst['share']:+.0%}); the fitted values carry that measurement error (the "
+            "client's and the simulator's lateness / time scale): raise target.sim.time_scale"
+        )
+    return tuple(out)
+
+
+def predict(f: pl.DataFrame, values: dict[str, float], knots: Sequence[int], kv: float) -> Any:
+    """Modeled TTFT of each request under the fitted values (request overhead included)."""
+    names = estimate.first_token_names(knots)
+    coef = np.array([values.get(n, 0.0) for n in names])
+    n, local, pool = (f[c].to_numpy().astype(np.float64) for c in ("n", "local", "pool"))
+    zero, none = np.zeros_like(n), np.zeros(n.size, dtype=np.int64)
+    r = Requests(n, local, pool, zero, zero, zero, none, none, none)
+    itl = values["itl_base_s"] + values["itl_per_ktok_s"] * n / 1000.0
+    return estimate.first_token_design(r, knots, kv) @ coef + itl
+
+
+def residuals(f: pl.DataFrame, predicted: Any) -> pl.DataFrame:
+    """Per (context size, path): requests, median measured and modeled, median error."""
+    return (
+        f.with_columns(path=_path(), modeled_s=pl.Series(predicted))
+        .with_columns(error=(pl.col("modeled_s") - pl.col("ttft_s")) / pl.col("ttft_s"))
+        .group_by("context_tokens", "path")
+        .agg(
+            n=pl.len(),
+            measured_s=pl.col("ttft_s").median(),
+            modeled_s=pl.col("modeled_s").median(),
+            median_error=pl.col("error").median(),
+        )
+        .sort("context_tokens", "path")
+    )
 
 
 def kv_bytes_from(meta: RunMeta) -> int | None:
@@ -316,16 +485,54 @@ def kv_bytes_from(meta: RunMeta) -> int | None:
     return None
 
 
+def _header_lines(result: Fit) -> list[str]:
+    """The values with intervals, what the intervals are over, the designs."""
+    lines = []
+    for k, v in result.values.items():
+        lines.append(f"  {k:<24} {v:12.6g}  {result.interval_text(k)}")
+    boot = result.resampling
+    if boot is not None:
+        if boot.runs > 1:
+            unit = (
+                f"unit: run, then session ({boot.runs} runs; {boot.sessions} sessions "
+                f"resampled within each run and context size, {boot.strata} strata)"
+            )
+        else:
+            unit = (
+                f"unit: session ({boot.sessions} sessions, resampled within each of "
+                f"{boot.strata} context sizes)"
+            )
+        lines.append(
+            f"intervals: {CONFIDENCE:.0%} percentile bootstrap, {unit}; {boot.resamples} "
+            f"resamples, {boot.failed} failed"
+        )
+    if result.design is not None:
+        design = result.design
+        for label, ident in (("first token", design.first_token), ("decode", design.decode)):
+            lines.append(
+                f"design ({label}): {ident.columns} columns, rank {ident.rank}, condition "
+                f"number {ident.condition:.3g} (columns at unit length)"
+            )
+    c = result.values.get(OVERHEAD)
+    if c is not None and OVERHEAD not in result.not_identified:
+        lines.append(
+            f"the profile adds {OVERHEAD} ({c:.4g} s) to hit_overhead_s and "
+            "pool_load_fixed_s (the simulator has no per-request term); it models cold "
+            "requests short by it"
+        )
+    return lines
+
+
 def profile_toml(result: Fit) -> str:
     """The fitted profile as a TOML file with its provenance in comments."""
     lines = [
         "# sessiongen simulator profile fitted by `sessiongen fit` (load it with",
-        "# --set target.sim.profile=THIS_FILE). 95% bootstrap intervals over sessions:",
+        "# --set target.sim.profile=THIS_FILE). Fitted values with their intervals:",
     ]
-    for k, v in result.values.items():
-        lines.append(f"#   {k} = {v:.6g}  [{result.low[k]:.6g}, {result.high[k]:.6g}]")
+    lines += [f"# {line}" for line in _header_lines(result)]
     runs = ", ".join(Path(d).name for d in result.sources)  # run ids: no machine's paths
     lines.append(f"# from {result.requests} requests of runs: {runs}")
+    lines += [f"# {line}" for line in result.warnings]
     lines += [f"# {line}" for line in _residual_lines(result)]
     missing = structure.unknown(result.fixed)
     if missing:
@@ -348,11 +555,10 @@ def _toml(value: Any) -> str:
 
 
 def summary_text(result: Fit) -> str:
-    """The fitted values with intervals, then the residuals per cell, as plain text."""
+    """The fitted values with intervals, then warnings and the residuals, as plain text."""
     lines = [f"fitted on {result.requests} requests that ran alone:"]
-    for k, v in result.values.items():
-        lines.append(f"  {k:<24} {v:12.6g}  [{result.low[k]:.6g}, {result.high[k]:.6g}]")
-    return "\n".join(lines + _residual_lines(result))
+    lines += _header_lines(result)
+    return "\n".join(lines + list(result.warnings) + _residual_lines(result))
 
 
 def _residual_lines(result: Fit) -> list[str]:
