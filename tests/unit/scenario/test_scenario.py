@@ -53,7 +53,7 @@ BAD = [
     ('name = "x"\n[model]\napi = "grpc"\n', "model.api", 'one of "chat", "completions"'),
     ('name = "x"\n[model]\ntokenizer = "gpt2"\n', "model.tokenizer", "tokenizer.json"),
     ('name = "x"\n[placement]\npolicies = ["sticky"]\n', "placement.policies", "move-at:K"),
-    ('name = "x"\n[placement]\npolicies = []\n', "placement.policies", "at least one"),
+    ('name = "x"\n[placement]\npolicies = []\n', "placement.policies", "a non-empty list"),
     ('name = "x"\n[design]\nblocks = ["on", "maybe"]\n', "design.blocks[1]", '"off", "on"'),
     ('name = "x"\n[design]\ncache = ["off"]\n', "design.blocks", "not in design.cache"),
     ('name = "x"\n[target]\nkind = "endpoints"\n', "target.endpoints", "at least one URL"),
