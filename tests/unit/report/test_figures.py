@@ -48,7 +48,7 @@ def assert_plain(labels: list[str]) -> None:
 def test_a_log_axis_labels_ticks_as_plain_numbers(
     low: float, high: float, suffix: str, expected: set[str]
 ) -> None:
-    fig, (ax,) = figures.panels("t")
+    _fig, (ax,) = figures.panels("t")
     ax.plot([1, 2], [low, high])
     figures.log_axis(ax, "y", suffix=suffix)
     labels = visible_labels(ax, "y")
