@@ -222,6 +222,7 @@ def run_nightly(
     started = datetime.now(UTC)
     out_dir = runs_dir / f"nightly-{started:%Y%m%dT%H%M%SZ}-{os.urandom(2).hex()}"
     ensure_dir(out_dir)
+    ensure_dir(store)  # a store that cannot be written fails now, not after the suite ran
     runs: list[NightlyRun] = []
     for sc in suite.scenarios:
         runs.append(_run_one(sc, store, runs_dir, cfg.report, progress))
