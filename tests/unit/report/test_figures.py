@@ -18,7 +18,7 @@ PLAIN = re.compile(r"^[0-9][0-9.]*x?$")
 
 def visible_labels(ax: Axes, which: str) -> list[str]:
     """The tick labels drawn inside the axis' view, major and minor."""
-    ax.figure.canvas.draw()  # type: ignore[attr-defined]
+    ax.figure.canvas.draw()
     axis = ax.yaxis if which == "y" else ax.xaxis
     low, high = sorted(axis.get_view_interval())
     out = []
