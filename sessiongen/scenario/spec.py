@@ -47,7 +47,7 @@ def _check_policies(value: tuple[str, ...]) -> str | None:
         if not PLACEMENT_RE.match(item):
             return (
                 "expected policies among alternate, fixed, random, move-at:K (K >= 1), "
-                f"gateway, router:POLICY (POLICY: {', '.join(ROUTER_POLICIES)})"
+                f"gateway, router:POLICY (POLICY: {', '.join(ROUTER_POLICIES)}), got {item!r}"
             )
     return None
 
