@@ -21,6 +21,7 @@ import click
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import CacheFailureError, RunFailedError, UserError
+from sessiongen.scenario.schema import check_field
 from sessiongen.sim.cli import serve_command
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -193,7 +194,7 @@ def replay(
     sc = load_scenario(scenario_file, overrides)
     opts = replay_mod.ReplayOptions(
         runs_dir=Path(runs_dir),
-        endpoints=[u.strip() for u in endpoints.split(",") if u.strip()] if endpoints else None,
+        endpoints=_endpoint_urls(endpoints),
         cache=cache,
         progress=progress,
         calibrate=calibrate_first,
@@ -212,6 +213,18 @@ def replay(
         raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong])))
     if wrong:
         raise CacheFailureError(wrong)
+
+
+def _endpoint_urls(endpoints: str | None) -> list[str] | None:
+    """``--endpoints URL,URL``: validated like ``target.endpoints`` in a file, not empty."""
+    if endpoints is None:
+        return None
+    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    if not urls:
+        raise click.BadParameter(
+            f"expected URL,URL,..., got {endpoints!r}", param_hint="--endpoints"
+        )
+    return list(check_field(scenario_mod.TargetSpec, "endpoints", urls, "--endpoints", "target"))
 
 
 def _correctness(run_dir: Path) -> str | None:

@@ -474,17 +474,21 @@ def correctness_cells(run: Run, *, logprob_tol: float = LOGPROB_TOL) -> pl.DataF
 
 
 def not_exercised_reason(eq: Equivalence | Needles, *, has_off: bool) -> str:
-    """Why a probe compared no pool-served ON request with a consistent OFF answer."""
+    """Why a probe compared no pool-served ON request with a consistent OFF answer.
+
+    Without parentheses: the console line puts it in parentheses after the verdict.
+    """
     if not has_off:
-        return "the run has no OFF arm to compare with (endpoints measure one arm)"
+        # Endpoints measure one arm; a design may also run ON blocks only.
+        return "the run has no OFF arm to compare with"
     if eq.compared == 0:
         return (
-            "no prompt was sent in both arms (targets that cannot restart give every block "
-            "its own salt, so the prompts of different blocks differ)"
+            "no prompt was sent in both arms: targets that cannot restart give every block "
+            "its own salt, so the prompts of different blocks differ"
         )
     return (
         f"none of the {eq.compared} ON requests compared with OFF was served from the "
-        "shared pool (external hits on a cross-replica turn)"
+        "shared pool, that is by external hits on a cross-replica turn"
     )
 
 

@@ -52,6 +52,8 @@ class Vary:
         values = tuple(v.strip() for v in _split_top(rest) if v.strip())
         if not values:
             raise UserError(f"--vary {text!r}: expected at least one value after '='")
+        if len(set(values)) != len(values):
+            raise UserError(f"--vary {text!r}: expected each value once")
         return cls(key, values)
 
     @property

@@ -35,7 +35,12 @@ def load_state(state_dir: Path) -> dict[str, Any] | None:
         state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except NotADirectoryError:
+        why = "a path component is not a folder"
+        raise RunDirError(f"{path}: unreadable pair state: {why}") from None
+    except OSError as exc:
+        raise RunDirError(f"{path}: unreadable pair state: {exc.strerror or exc}") from None
+    except ValueError as exc:
         raise RunDirError(f"{path}: unreadable pair state: {exc}") from None
     if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
         raise RunDirError(f"{path}: not a pair state of schema {STATE_SCHEMA}")
@@ -69,6 +74,7 @@ def pair_up(
         )
     path = state_path(state_dir)
     path.unlink(missing_ok=True)
+    files.ensure_dir(state_dir / LOG_SUBDIR)  # unwritable: fail before starting anything
     pair = ManagedPair(
         target.managed,
         scenario.model.name,

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, LogFormatter
 
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 
@@ -54,6 +58,48 @@ def panels(
             hspace=0.35,
         )
     return fig, [ax for row in grid for ax in row]
+
+
+def plain_number(value: float) -> str:
+    """``value`` to three significant digits, written out: ``6``, ``0.2``, ``1500``."""
+    return str(np.format_float_positional(float(f"{value:.3g}"), trim="-"))
+
+
+class _PlainLogFormatter(Formatter):
+    """Log-axis tick labels as plain numbers with a unit (``6x``, ``0.2``), never
+    ``6x10^0``; which ticks get a label is matplotlib's own choice (every decade, and
+    the minor ticks between when the axis spans about a decade or less)."""
+
+    def __init__(self, *, minor: bool, suffix: str) -> None:
+        self._choose = LogFormatter(labelOnlyBase=not minor, minor_thresholds=(2, 0.5))
+        self._suffix = suffix
+
+    def set_axis(self, axis: Any) -> None:
+        super().set_axis(axis)
+        self._choose.set_axis(axis)
+
+    def set_locs(self, locs: Any) -> None:
+        super().set_locs(locs)
+        self._choose.set_locs(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        if x <= 0 or not self._choose(x, pos):
+            return ""
+        return plain_number(x) + self._suffix
+
+
+def log_axis(ax: Axes, which: Literal["x", "y"] = "y", *, suffix: str = "") -> None:
+    """Put one axis of ``ax`` on a log scale with plain tick labels (``suffix`` after
+    each, e.g. ``"x"`` for speedups). Every log axis of every figure goes through here."""
+    axis: Axis
+    if which == "x":
+        ax.set_xscale("log")
+        axis = ax.xaxis
+    else:
+        ax.set_yscale("log")
+        axis = ax.yaxis
+    axis.set_major_formatter(_PlainLogFormatter(minor=False, suffix=suffix))
+    axis.set_minor_formatter(_PlainLogFormatter(minor=True, suffix=suffix))
 
 
 def save(fig: Figure, path: Path, *, dpi: int = 120) -> Path:

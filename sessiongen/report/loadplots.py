@@ -43,7 +43,7 @@ def saturation_figure(table: pl.DataFrame, note: str, level_name: str, unit: str
     for ax, what in ((p50, "p50"), (p90, "p90 (early-stopping estimate; gaps: too few)")):
         ax.set_xlabel(level_name)
         ax.set_title(what, fontsize=9)
-        ax.set_yscale("log")
+        figures.log_axis(ax, "y")
     p50.set_ylabel(f"TTFT ({unit}, log)")
     if not table.is_empty():
         p50.legend(**OUTSIDE)

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, ScalarFormatter
+from matplotlib.ticker import MaxNLocator
 
 from sessiongen.records.run import Run
 from sessiongen.report import figures
@@ -112,8 +112,7 @@ def speedup_figure(speedups: pl.DataFrame, note: str) -> Figure:
         high = float(data["speedup_ci_high"].fill_null(1.0).max())  # type: ignore[arg-type]
         low = float(data["speedup_ci_low"].fill_null(1.0).min())  # type: ignore[arg-type]
         if high / max(low, 1e-9) > 8:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(ScalarFormatter())
+            figures.log_axis(ax, "y", suffix="x")
         ax.legend(title="placement", **OUTSIDE)
     return fig
 
@@ -140,7 +139,7 @@ def median_ttft_figure(arm_table: pl.DataFrame, note: str, unit: str = "modeled 
     if data.is_empty():
         _empty(ax, "no successful requests")
     else:
-        ax.set_yscale("log")
+        figures.log_axis(ax, "y")
         ax.legend(title="arm", **OUTSIDE)
     ax.set_xlabel("turn")
     ax.set_ylabel(f"median TTFT ({unit}, log scale)")
@@ -168,7 +167,7 @@ def ttft_cdf_figure(requests: pl.DataFrame, note: str, unit: str = "modeled s") 
     if data.is_empty():
         _empty(ax, "no successful requests")
     else:
-        ax.set_xscale("log")
+        figures.log_axis(ax, "x")
         ax.legend(title="arm", **OUTSIDE)
     ax.set_xlabel(f"TTFT ({unit}, log scale)")
     ax.set_ylabel("fraction of requests")

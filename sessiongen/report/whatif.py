@@ -93,7 +93,7 @@ def whatif_figure(whatif: pl.DataFrame, varies: Sequence[Vary], note: str) -> Fi
     gain.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
     gain.set_ylabel("session gain (TTFT sum OFF / ON)")
     ttft.set_ylabel("median TTFT (modeled s, log)")
-    ttft.set_yscale("log")
+    figures.log_axis(ttft, "y")
     for ax in (gain, ttft):
         ax.set_xlabel(x_key)
         if numeric is not None and all(x.is_integer() for x in numeric):

@@ -85,7 +85,13 @@ class RouterSpec:
     session_user: bool = spec(
         False, doc="also send the session id as the request body's user field"
     )
-    args: tuple[str, ...] = spec((), doc="extra vllm-router arguments (e.g. --cache-threshold)")
+    args: tuple[str, ...] = spec(
+        (),
+        empty="none",
+        repeats="a command line may repeat a value",
+        any_order="a command line, in the order given",
+        doc="extra vllm-router arguments (e.g. --cache-threshold)",
+    )
     retries: bool = spec(
         False,
         doc="let the router retry a failed request (on another worker, unseen); off by "

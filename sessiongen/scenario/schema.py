@@ -1,10 +1,20 @@
 """Validate plain TOML data into frozen dataclasses, once, with one-line errors.
 
 Each config section is a frozen dataclass whose fields carry their type and,
-in ``field(metadata=...)``, their bounds: ``ge``, ``gt``, ``le`` for numbers and
-``check`` (a callable returning an error text or ``None``) for anything else.
-Unknown keys are rejected. Every error names the source file and the dotted key
-path (see :class:`sessiongen.errors.ScenarioError`).
+in ``field(metadata=...)``, their bounds: ``ge``, ``gt``, ``le`` for numbers (for a
+list, for each of its entries) and ``check`` (a callable returning an error text or
+``None``) for anything else. Unknown keys are rejected. Every error names the source
+file and the dotted key path (see :class:`sessiongen.errors.ScenarioError`).
+
+List- and table-valued fields are strict unless their spec says why not, so a new
+list field gets every check without asking for it, and nothing downstream meets an
+empty list (``max()`` of nothing) or a repeated or shuffled one it did not expect:
+
+- at least one entry (a table: at least one key), unless ``empty`` says what an empty
+  one means; ``at_least`` asks for more;
+- each entry once, unless ``repeats`` says why an entry may come back;
+- entries increasing, unless ``any_order`` says why their order is free (or is the
+  order things happen in).
 """
 
 from __future__ import annotations
@@ -32,10 +42,33 @@ def spec(
     le: float | None = None,
     check: Callable[[Any], str | None] | None = None,
     one_or_many: bool = False,
+    empty: str = "",
+    at_least: int | None = None,
+    repeats: str = "",
+    any_order: str = "",
     doc: str = "",
 ) -> Any:
-    """A dataclass field with validation metadata (bounds, a custom check, a doc line)."""
-    meta = {"ge": ge, "gt": gt, "le": le, "check": check, "one_or_many": one_or_many, "doc": doc}
+    """A dataclass field with validation metadata (bounds, a custom check, a doc line).
+
+    For a list or table field: ``empty`` (what an empty one means; without it, at least
+    one entry), ``at_least`` (fewest entries, instead), ``repeats`` (why an entry may
+    repeat; without it, each entry once), ``any_order`` (why entries need not increase;
+    without it, increasing). See the module docstring.
+    """
+    if empty and at_least is not None:
+        raise TypeError("spec(): give empty or at_least, not both")
+    meta = {
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "check": check,
+        "one_or_many": one_or_many,
+        "empty": empty,
+        "at_least": at_least,
+        "repeats": repeats,
+        "any_order": any_order,
+        "doc": doc,
+    }
     if isinstance(default, list | dict | tuple) or dataclasses.is_dataclass(default):
         frozen = default
         return dataclasses.field(default_factory=lambda: frozen, metadata=meta)
@@ -133,18 +166,56 @@ def _convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         if not isinstance(value, list):
             raise bad
         (item_tp, _ellipsis) = get_args(tp)
-        return tuple(_convert(item_tp, v, f"{path}[{i}]", meta) for i, v in enumerate(value))
+        items = tuple(_convert(item_tp, v, f"{path}[{i}]", meta) for i, v in enumerate(value))
+        _check_list(tp, items, value, path, meta)
+        return items
     if origin is dict:
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise bad
+        if len(value) < min_entries(meta):
+            raise _Fail(path, "expected a non-empty table of strings, got an empty table")
         return dict(value)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise bad
         return _build_dataclass(typing.cast(type, tp), value, path)
     raise TypeError(f"unsupported config type {tp!r} at {path}")
+
+
+def min_entries(meta: Mapping[str, Any]) -> int:
+    """The fewest entries a list or table field takes (see :func:`spec`)."""
+    if meta.get("at_least") is not None:
+        return int(meta["at_least"])
+    return 0 if meta.get("empty") else 1
+
+
+def _check_list(
+    tp: Any, items: tuple[Any, ...], raw: list[Any], path: str, meta: Mapping[str, Any]
+) -> None:
+    """Length, repeats and order of a list field, as its spec declares them."""
+    least = min_entries(meta)
+    if len(items) < least:
+        kind = _describe(tp).removeprefix("a ")
+        what = f"a non-empty {kind}" if least == 1 else f"at least {least} entries ({kind})"
+        raise _Fail(path, f"expected {what}, got {_fmt(raw)}")
+    if not meta.get("repeats"):
+        seen: dict[Any, int] = {}
+        for i, item in enumerate(items):
+            if item in seen:
+                raise _Fail(
+                    f"{path}[{i}]",
+                    f"expected each entry once, got {_fmt(raw[i])} again (first at [{seen[item]}])",
+                )
+            seen[item] = i
+    if not meta.get("any_order"):
+        for i in range(1, len(items)):
+            if not items[i - 1] < items[i]:
+                raise _Fail(
+                    f"{path}[{i}]",
+                    f"expected increasing entries, got {_fmt(raw[i])} after {_fmt(raw[i - 1])}",
+                )
 
 
 def _check_bounds(value: float, meta: Mapping[str, Any], bad: _Fail) -> None:
@@ -189,12 +260,29 @@ def _build_dataclass(cls: type[T], raw: Mapping[str, Any], path: str) -> T:
         raise _Fail(f"{path}.{key}" if path else key, message) from None
 
 
-def build(cls: type[T], raw: Mapping[str, Any], source: str) -> T:
-    """Validate ``raw`` into ``cls``; raise :class:`ScenarioError` naming ``source``."""
+def build(cls: type[T], raw: Mapping[str, Any], source: str, prefix: str = "") -> T:
+    """Validate ``raw`` into ``cls``; raise :class:`ScenarioError` naming ``source`` and
+    the key path (under ``prefix``, where ``raw`` sits in its file, e.g. ``target.sim``)."""
     try:
-        return _build_dataclass(cls, raw, "")
+        return _build_dataclass(cls, raw, prefix)
     except _Fail as fail:
         raise ScenarioError(source, fail.path, fail.message) from None
+
+
+def check_field(cls: type, name: str, value: Any, source: str, prefix: str = "") -> Any:
+    """One field of ``cls`` validated alone, as a file's would be (for a CLI flag that
+    stands for it, e.g. ``--endpoints``); a :class:`ScenarioError` naming ``source``."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    where = f"{prefix}.{name}" if prefix else name
+    try:
+        out = _convert(typing.get_type_hints(cls)[name], value, where, f.metadata)
+        check = f.metadata.get("check")
+        problem = check(out) if check is not None else None
+        if problem:
+            raise _Fail(where, f"{problem}, got {_fmt(value)}")
+    except _Fail as fail:
+        raise ScenarioError(source, fail.path, fail.message) from None
+    return out
 
 
 def parse_override(text: str, source: str = "--set") -> tuple[list[str], Any]:

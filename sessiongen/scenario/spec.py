@@ -41,8 +41,6 @@ def _check_name(value: str) -> str | None:
 
 
 def _check_policies(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "expected at least one placement policy"
     for item in value:
         if router_policy(item) in ROUTER_POLICIES or item == GATEWAY:
             continue
@@ -51,16 +49,15 @@ def _check_policies(value: tuple[str, ...]) -> str | None:
                 "expected policies among alternate, fixed, random, move-at:K (K >= 1), "
                 f"gateway, router:POLICY (POLICY: {', '.join(ROUTER_POLICIES)}), got {item!r}"
             )
-    if len(set(value)) != len(value):
-        return "expected each policy once"
     return None
 
 
-def _check_nonempty_unique(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "expected a non-empty list"
-    if len(set(value)) != len(value):
-        return "expected each entry once"
+def _check_env(value: dict[str, str]) -> str | None:
+    for name in value:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            return (
+                f"expected environment variable names (letters, digits, '_') as keys, not {name!r}"
+            )
     return None
 
 
@@ -94,6 +91,7 @@ class SessionsSpec:
         ge=16,
         le=10_000_000,
         one_or_many=True,
+        any_order="each size is its own set of sessions, built and reported per size",
         doc="context block size(s) of turn 1, tokens",
     )
     question_tokens: int = spec(55, ge=8, le=1_000_000, doc="tokens per user question")
@@ -138,6 +136,7 @@ class PlacementSpec:
     policies: tuple[str, ...] = spec(
         ("alternate", "fixed"),
         check=_check_policies,
+        any_order="each policy is its own set of arms, run in the order given",
         doc="alternate | fixed | random | move-at:K (the client picks the replica); "
         "router:POLICY (a vllm-router started per block) | gateway (target.gateway) "
         "(a router picks it; see [target.router])",
@@ -149,10 +148,13 @@ class DesignSpec:
     """The experiment design: cache arms and the block order per placement."""
 
     cache: tuple[Literal["off", "on"], ...] = spec(
-        ("off", "on"), check=_check_nonempty_unique, doc="cache arms"
+        ("off", "on"), any_order="the arms are named, not placed", doc="cache arms"
     )
     blocks: tuple[Literal["off", "on"], ...] = spec(
-        ("off", "on", "on", "off"), doc="block order for each placement policy"
+        ("off", "on", "on", "off"),
+        repeats="a design repeats arms (OFF ON ON OFF) to see drift between blocks",
+        any_order="the blocks run in the order given",
+        doc="block order for each placement policy",
     )
     warmup_requests: int = spec(2, ge=0, doc="warm-up requests per replica before each block")
     warmup_tokens: int | None = spec(
@@ -170,19 +172,9 @@ class DesignSpec:
     )
 
     def __post_init__(self) -> None:
-        if not self.blocks:
-            raise ValueError("blocks: expected a non-empty list")
         missing = sorted(set(self.blocks) - set(self.cache))
         if missing:
             raise ValueError(f"blocks: uses arm {missing[0]!r} not in design.cache")
-
-
-def _check_levels(value: tuple[float, ...]) -> str | None:
-    if any(v <= 0 for v in value):
-        return "expected levels > 0"
-    if len(set(value)) != len(value):
-        return "expected each level once"
-    return None
 
 
 @dataclass(frozen=True)
@@ -201,8 +193,10 @@ class LoadSpec:
     arrival: Literal["closed", "poisson", "constant", "gamma"] = spec("closed")
     levels: tuple[float, ...] = spec(
         (),
-        check=_check_levels,
+        gt=0,
         one_or_many=True,
+        empty="one level: driver.concurrency (closed loop)",
+        any_order="the levels run in the order given; the analysis orders them itself",
         doc="concurrencies (closed) or session start rates per modeled s (open); "
         "empty: one level (driver.concurrency, or the first rate)",
     )
@@ -246,12 +240,20 @@ class ManagedSpec:
 
     device: Literal["cuda", "cpu"] = spec("cpu")
     model: str = spec("builtin:tiny", doc='HF id, local dir, or "builtin:tiny" (random weights)')
-    vllm_args: tuple[str, ...] = spec((), doc="extra arguments for every vLLM replica")
+    vllm_args: tuple[str, ...] = spec(
+        (),
+        empty="none",
+        repeats="a command line may repeat a value (--a 1 --b 1)",
+        any_order="a command line, in the order given",
+        doc="extra arguments for every vLLM replica",
+    )
     replicas: int = spec(2, ge=1, le=64)
     gpus_per_replica: int = spec(1, ge=1)
     cpu_cores: tuple[int, ...] = spec(
         (),
         ge=0,
+        empty="the cores sessiongen may run on",
+        any_order="dealt out in the order given: the first share to replica 0",
         doc="device cpu: cores dealt out to the replicas' compute threads, an equal share "
         "each (empty: the cores sessiongen may run on); env VLLM_CPU_OMP_THREADS_BIND wins",
     )
@@ -262,7 +264,9 @@ class ManagedSpec:
     eviction: str = spec("LRU", doc="LMCache eviction policy")
     max_model_len: int = spec(65536, ge=256)
     startup_timeout_s: float = spec(900.0, gt=0)
-    env: dict[str, str] = spec({}, doc="extra environment for every process")
+    env: dict[str, str] = spec(
+        {}, check=_check_env, empty="none", doc="extra environment for every process"
+    )
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,12 @@ class TargetSpec:
     """Where requests go: the embedded simulator, given endpoints, or managed replicas."""
 
     kind: Literal["sim", "endpoints", "managed"] = spec("sim")
-    endpoints: tuple[str, ...] = spec((), doc="base URLs of existing OpenAI-compatible replicas")
+    endpoints: tuple[str, ...] = spec(
+        (),
+        empty="none: kind sim or managed, or a gateway alone",
+        any_order="replica i is the i-th URL, as replica_names are",
+        doc="base URLs of existing OpenAI-compatible replicas",
+    )
     cache: Literal["on", "off"] | None = spec(
         None, doc="which cache arm the given endpoints are in (kind = endpoints)"
     )
@@ -284,6 +293,8 @@ class TargetSpec:
     )
     replica_names: tuple[str, ...] = spec(
         (),
+        empty="each replica is known by its index, or its URL",
+        any_order="in endpoints order",
         doc="kind = endpoints: what each endpoint calls itself in replica_header or in "
         "system_fingerprint, in endpoints order (default: its index, or its URL)",
     )
@@ -414,10 +425,13 @@ def _merge_profile_file(data: dict[str, Any], source: str) -> None:
         beside = Path(source).parent / path
         path = beside if beside.exists() else path
     loaded = read_toml(path)
-    params = loaded.get("target", {}).get("sim", loaded) if "target" in loaded else loaded
+    nested = "target" in loaded
+    params = loaded["target"].get("sim") if isinstance(loaded.get("target"), dict) else None
+    params = params if nested else loaded
     if not isinstance(params, dict) or "profile" in params:
         raise ScenarioError(str(path), "target.sim", "expected a table of profile parameters")
-    schema.build(SimProfile, params, str(path))  # its own errors name the profile file
+    # Its own errors name the profile file, and the key as that file spells it.
+    schema.build(SimProfile, params, str(path), prefix="target.sim" if nested else "")
     sim.update({k: v for k, v in params.items() if k not in sim}, profile=str(path))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sessiongen.errors import UserError
+from sessiongen.errors import ScenarioError, UserError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import Target
 from sessiongen.targets.endpoints import EndpointsTarget
@@ -30,9 +30,10 @@ def make_target(
                 "replicas are in with --cache on|off (or target.cache in the scenario)"
             )
         if spec.replica_names and len(spec.replica_names) != len(urls):
-            raise UserError(
-                f"target.replica_names: expected one name per endpoint ({len(urls)}), "
-                f"got {len(spec.replica_names)}"
+            raise ScenarioError(
+                scenario.source,
+                "target.replica_names",
+                f"expected one name per endpoint ({len(urls)}), got {len(spec.replica_names)}",
             )
         return EndpointsTarget(
             urls,

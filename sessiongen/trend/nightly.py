@@ -73,18 +73,22 @@ class SuiteEntry:
     """One scenario of the suite."""
 
     file: str = spec(doc="scenario TOML file, relative to the config file")
-    set: tuple[str, ...] = spec((), doc="dotted.key=value overrides, as with --set")
-
-
-def _check_suite(value: tuple[SuiteEntry, ...]) -> str | None:
-    return None if value else "expected at least one [[scenario]]"
+    set: tuple[str, ...] = spec(
+        (),
+        empty="the scenario as written",
+        repeats="as with --set, a later override of a key wins",
+        any_order="applied in the order given, as with --set",
+        doc="dotted.key=value overrides, as with --set",
+    )
 
 
 @dataclass(frozen=True)
 class NightlyConfig:
     """A validated nightly config."""
 
-    scenario: tuple[SuiteEntry, ...] = spec(check=_check_suite)
+    scenario: tuple[SuiteEntry, ...] = spec(
+        any_order="the scenarios run in the order given", doc="the suite, one [[scenario]] each"
+    )
     target: TargetSpec = field(default_factory=TargetSpec)
     check: CheckSpec = field(default_factory=CheckSpec)
     report: bool = spec(True, doc="write each run's report")
@@ -218,6 +222,7 @@ def run_nightly(
     started = datetime.now(UTC)
     out_dir = runs_dir / f"nightly-{started:%Y%m%dT%H%M%SZ}-{os.urandom(2).hex()}"
     ensure_dir(out_dir)
+    ensure_dir(store)  # a store that cannot be written fails now, not after the suite ran
     runs: list[NightlyRun] = []
     for sc in suite.scenarios:
         runs.append(_run_one(sc, store, runs_dir, cfg.report, progress))

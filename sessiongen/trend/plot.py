@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter, FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from sessiongen.report import figures
 from sessiongen.trend.check import WINDOW, Nights, Series, check_groups
@@ -89,9 +89,7 @@ def _headline_figure(nights: Nights, metric: str, title: str, series: list[Serie
             cache = s.cell.get("cache")
             _draw_series(ax, s, CACHE_COLORS[cache], f"cache {cache}" if cache else metric)
         if metric == "ttft":  # fitted on the log scale; both arms stay readable
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
-            ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+            figures.log_axis(ax, "y")
         ax.set_title(f"turn {turn}", fontsize=9)
         ax.set_ylabel(unit, fontsize=8)
         _night_axis(ax, nights.labels)

@@ -115,6 +115,19 @@ CASES: dict[str, tuple[Setup, str]] = {
         lambda t: ["nightly", str(t / "none.toml"), "--store", str(t / "s")],
         "none.toml: no such file",
     ),
+    "an endpoint given twice": (
+        lambda t: ["replay", SMOKE, "--endpoints", "http://127.0.0.1:9,http://127.0.0.1:9",
+                   "--cache", "on", "--runs-dir", str(t / "r")],
+        "--endpoints: target.endpoints[1]: expected each entry once",
+    ),
+    "endpoints that name none": (
+        lambda t: ["replay", SMOKE, "--endpoints", ",", "--cache", "on"],
+        "--endpoints",
+    ),
+    "a varied value given twice": (
+        lambda t: ["plan", SMOKE, "--vary", "target.sim.replicas=2,2", "--runs-dir", str(t)],
+        "expected each value once",
+    ),
     "unknown command": (lambda t: ["nosuch"], "No such command 'nosuch'"),
     "missing argument": (lambda t: ["replay"], "Missing argument 'SCENARIO_FILE'"),
 }  # fmt: skip

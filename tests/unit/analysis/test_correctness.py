@@ -178,3 +178,32 @@ def test_without_per_request_counts_block_counters_say_what_the_pool_served(
     eq = analysis.equivalence(analysis.load_run(run_dir))
     assert (eq.exercised, eq.evidence) == (served, "block")
     assert eq.verdict == (PASSED if served else NOT_EXERCISED)
+
+
+def _deepest_parenthesis(text: str) -> int:
+    depth = deepest = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        deepest = max(deepest, depth)
+        assert depth >= 0, text
+    assert depth == 0, text
+    return deepest
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"blocks": ("on", "on")}, "no OFF arm"),
+        ({"block_salts": True}, "no prompt was sent in both arms"),
+        ({"placements": ("fixed",)}, "was served from the shared pool"),
+    ],
+)
+def test_a_probe_not_exercised_says_why_in_one_level_of_parentheses(
+    tmp_path: Path, changes: dict[str, object], reason: str
+) -> None:
+    run = analysis.load_run(write_run(tmp_path, with_changes(NEEDLE, **changes)))
+    verdicts = analysis.correctness(run)
+    line = verdicts.verdict_line()
+    assert verdicts.needles.verdict == NOT_EXERCISED and line is not None
+    assert line.startswith("correctness: needles not exercised (") and reason in line, line
+    assert _deepest_parenthesis(line) == 1, line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from sessiongen import scenario
 from sessiongen.errors import ScenarioError
 from sessiongen.launch.tinymodel import kv_bytes_per_token
+from sessiongen.scenario import schema
+from sessiongen.scenario.schema import spec
 from sessiongen.scenario.spec import builtin_profiles
 from tests.support.paths import ROOT
 
@@ -53,7 +56,7 @@ BAD = [
     ('name = "x"\n[model]\napi = "grpc"\n', "model.api", 'one of "chat", "completions"'),
     ('name = "x"\n[model]\ntokenizer = "gpt2"\n', "model.tokenizer", "tokenizer.json"),
     ('name = "x"\n[placement]\npolicies = ["sticky"]\n', "placement.policies", "move-at:K"),
-    ('name = "x"\n[placement]\npolicies = []\n', "placement.policies", "at least one"),
+    ('name = "x"\n[placement]\npolicies = []\n', "placement.policies", "a non-empty list"),
     ('name = "x"\n[design]\nblocks = ["on", "maybe"]\n', "design.blocks[1]", '"off", "on"'),
     ('name = "x"\n[design]\ncache = ["off"]\n', "design.blocks", "not in design.cache"),
     ('name = "x"\n[target]\nkind = "endpoints"\n', "target.endpoints", "at least one URL"),
@@ -169,3 +172,16 @@ def test_the_shipped_cpu_profile_describes_the_pair_its_probe_starts() -> None:
     assert (sim.pool_chunk_tokens, sim.pool_capacity_gib) == (pair.chunk_size, pair.pool_size_gb)
     assert sim.max_model_len == pair.max_model_len
     assert (sim.max_num_batched_tokens, sim.max_num_seqs) == (2048, 128)  # vLLM 0.32 on CPU
+
+
+@dataclass(frozen=True)
+class _Pair:
+    points: tuple[int, ...] = spec((1, 2), at_least=2, any_order="test")
+
+
+def test_a_list_field_can_ask_for_more_than_one_entry() -> None:
+    assert schema.build(_Pair, {"points": [3, 1]}, "p.toml").points == (3, 1)
+    with pytest.raises(ScenarioError, match=r"^p\.toml: points: expected at least 2 entries"):
+        schema.build(_Pair, {"points": [1]}, "p.toml")
+    with pytest.raises(TypeError, match="empty or at_least"):
+        spec((), empty="none", at_least=2)

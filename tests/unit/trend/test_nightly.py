@@ -85,7 +85,7 @@ def test_scenario_files_are_relative_to_the_config(tmp_path: Path) -> None:
     ("body", "expected"),
     [
         ("report = true\n", "scenario: missing; expected a list of tables"),
-        ("scenario = []\n", "scenario: expected at least one [[scenario]]"),
+        ("scenario = []\n", "scenario: expected a non-empty list of tables, got []"),
         ("[[scenario]]\nset = []\n", "scenario[0].file: missing"),
         (
             f'[[scenario]]\nfile = "{SMOKE}"\n[check]\ntreshold = 0.1\n',
