@@ -20,7 +20,7 @@ import click
 
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
-from sessiongen.errors import CacheFailureError, RunFailedError, UserError
+from sessiongen.errors import CacheFailureError, RunDirError, RunFailedError, UserError
 from sessiongen.scenario.schema import check_field
 from sessiongen.sim.cli import serve_command
 
@@ -319,7 +319,7 @@ def report(run_dir: str) -> None:
 )
 @click.option(
     "--store",
-    type=click.Path(file_okay=False, exists=True),
+    type=click.Path(file_okay=False),
     default=None,
     help="A trend store whose night-to-night noise for this scenario is the run-to-run noise.",
 )
@@ -380,7 +380,10 @@ def _run_list(text: str) -> list[str]:
     """RUN or RUN,RUN,...: the run folders of one side of a comparison."""
     parts = [p for p in text.split(",") if p]
     if not parts:
-        raise click.BadParameter(f"{text!r}: expected a run folder or folders joined by commas")
+        raise RunDirError(f"{text!r}: expected a run folder or folders joined by commas")
+    for part in parts:
+        if Path(part).is_file():
+            raise RunDirError(f"{part}: is a file, not a run folder")
     return parts
 
 

@@ -628,26 +628,24 @@ def trend_check(
     )
 
 
-def store_run_noise(store: str | Path, run: Any) -> RunNoise | None:
-    """The run-to-run noise of a run's cells as the trend store measured it, or None.
+def store_run_noise(store: str | Path, run: Any) -> RunNoise:
+    """The run-to-run noise of a run's cells as the trend store measured it.
 
     The store's nights of the run's scenario (folder), target kind and time scale: the
     night-to-night noise ``tau`` of the median TTFT series pooled over all their cells
     (:func:`~sessiongen.trend.stepdetect.pooled_night_noise`, at its 60% upper bound as
-    the check uses it). None when the store holds fewer than three such nights.
+    the check uses it). A :class:`UserError` when the store holds fewer than three such
+    nights: the noise was asked for and cannot be measured.
     """
     folder = f"{run.meta.scenario_name}-{run.meta.scenario_digest}"
-    try:
-        frame = load_store(store, {folder})
-    except UserError:
-        return None
+    frame = load_store(store, {folder})
     metric = METRICS[0]
     for nights, sub in night_groups(frame):
         same_kind = nights.target_kind == run.meta.target_kind
         if not same_kind or not math.isclose(nights.time_scale, run.time_scale, rel_tol=1e-9):
             continue
         if len(nights.run_ids) < 3:
-            return None
+            break
         cells = _cells(sub, nights, metric)
         tau = pooled_night_noise([(c.logs, c.sigma) for c in cells])
         diffs = sum(max(0, int(np.isfinite(c.logs).sum()) - 1) for c in cells)

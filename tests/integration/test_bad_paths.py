@@ -58,8 +58,7 @@ ROLES: dict[tuple[str, str], str] = {
     ("replay", "scenario_file"): TOML,
     ("replay", "runs_dir"): DIR_OUT,
     ("report", "run_dir"): RUN_IN,
-    ("compare", "run_a"): RUN_IN,
-    ("compare", "run_b"): RUN_IN,
+    ("compare", "store"): STORE_IN,
     ("pair up", "scenario_file"): TOML,
     ("pair up", "state_dir"): DIR_OUT,
     ("pair down", "state_dir"): STATE,
@@ -96,7 +95,7 @@ def command_line(command: str, param: str, value: Path, tmp: Path) -> list[str]:
     if command == "report":
         return ["report", v]
     if command == "compare":
-        return ["compare", pick("run_a", RUN), pick("run_b", RUN)]
+        return ["compare", str(RUN), str(RUN), "--store", v]
     if command in ("pair up", "pair down", "pair status"):
         first = [pick("scenario_file", MANAGED)] if command == "pair up" else []
         return [*command.split(), *first, "--state-dir", pick("state_dir", tmp / "pair")]
@@ -247,3 +246,27 @@ def test_a_path_it_cannot_use_is_one_line_exit_2(
     assert re.search(case.says, lines[0]), lines[0]
     # The path itself, or the part of it that is in the way (the file it runs under).
     assert str(bad) in lines[0] or str(bad.parent) in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", CASES[RUN_IN], ids=lambda c: c.what)
+@pytest.mark.parametrize("side", ["a", "b", "among several"])
+def test_compare_runs_it_cannot_read_are_one_line_exit_2(
+    case: Case,
+    side: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # RUN_A and RUN_B are plain arguments (one run, or several joined by commas).
+    bad = str(case.make(tmp_path, monkeypatch))
+    args = {
+        "a": [bad, str(RUN)],
+        "b": [str(RUN), bad],
+        "among several": [f"{RUN},{bad}", str(RUN)],
+    }[side]
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", *args])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(case.says, lines[0]) and bad in lines[0], lines[0]
