@@ -48,6 +48,7 @@ from sessiongen.analysis.fidelity import (
     ERROR_SHARE,
     STORE_COST_TOLERANCE,
     cold_turn_asymmetry,
+    lag_effect,
     measurement_error,
     trust_warnings,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "equivalence",
     "has_routed",
     "interval_warnings",
+    "lag_effect",
     "latest_run",
     "load_run",
     "measurement_error",

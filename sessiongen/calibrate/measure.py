@@ -48,7 +48,7 @@ from sessiongen.calibrate.refserver import (
 )
 from sessiongen.client import http1
 from sessiongen.client.driver import CHAT_PATH, Client, Result, serialize
-from sessiongen.client.lagmon import LagMonitor
+from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.scenario.spec import Scenario
 
 BYTES_PER_TOKEN = 4.3  # JSON body bytes per prompt token (English prose, cl100k)
@@ -112,7 +112,7 @@ def _monitor() -> LagMonitor:
     Finer than a replay's (5 ms) so that short stalls spent waiting for a CPU, which a
     shared machine's neighbours cause, are seen and told apart from the client's own.
     """
-    return LagMonitor(interval_s=0.001, threshold_s=0.001, warn=False)
+    return LagMonitor(interval_s=0.001, threshold_s=STALL_S, warn=False)
 
 
 def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, Any]:
         added.append((first - res.send_ns - stamps["server_ns"]) / 1e6)
         up.append((stamps["server_rx_ns"] - res.send_ns) / 1e6)
         down.append((first - stamps["server_tx_ns"]) / 1e6)
-        flagged += lag.flagged(res.send_ns, first)
+        flagged += lag.lag_flag(res.send_ns, first)
         if not lag.flagged(res.send_ns, first, preempted_only=True):
             clean.append(added[-1])
     added.sort()
@@ -328,7 +328,8 @@ def calibrate(concurrency: int, body_bytes: int, **kwargs: Any) -> dict[str, Any
       CPU reached into: the client's own tail, without its neighbours';
     - ``upstream_*``, ``downstream_*``: where the added time goes (see the module);
     - ``lag_max_ms``, ``lag_stalls`` (over 1 ms), ``lag_preempted`` (of those, spent
-      mostly waiting for a CPU), ``lag_flagged`` (requests a stall reached into);
+      mostly waiting for a CPU), ``lag_flagged`` (requests lag-flagged: stalls over 2%
+      of their TTFT);
     - ``burst_*``: the same with every request released at once;
     - ``stream_chunks_per_cpu_s``: the largest sustainable stream rate on one core
       (``stream_chunks_per_read`` near 1 says it was not flattered by batched reads);

@@ -4,10 +4,15 @@ A task sleeps ``interval_s`` over and over; the overshoot of each wake-up beyond
 interval is the loop's lag: time during which no socket read could be timestamped.
 Every timestamp a stalled loop takes is pushed to the stall's end, so a request is
 affected exactly when its span (send to last timestamp) reaches into a stall: lags
-above ``threshold_s`` (5 ms by default) are kept as the window ``[end - lag, end]``
-ending at the late wake-up, requests overlapping one are flagged
-(``loop_lag_flag``), and a warning is logged (at most one every ``warn_every_s``
-seconds, with a count, so a struggling loop is not made worse by logging).
+above ``threshold_s`` (:data:`STALL_S`, 1 ms, as replay and calibrate use it) are kept
+as the window ``[end - lag, end]`` ending at the late wake-up. A request is
+**lag-flagged** (``loop_lag_flag``, :meth:`LagMonitor.lag_flag`) when the stalls inside
+its wait for the first token add up to more than :data:`LAG_SHARE` (2%) of that TTFT:
+relative, so it means the same at every time scale (5 ms of lag is noise beside a 3 s
+cold prefill and a fifth of a 25 ms simulated local hit). That is the one definition;
+the report and ``calibrate`` count the same thing. A warning may be logged (at most one
+every ``warn_every_s`` seconds, with a count, so a struggling loop is not made worse by
+logging).
 
 A lag is also classed as *preempted* when, for at least half of it, the loop's thread
 was runnable but waiting for a CPU (``run_delay`` of ``/proc/thread-self/schedstat``,
@@ -26,6 +31,12 @@ import time
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: Stalls longer than this are kept (wall seconds): replay's and calibrate's threshold.
+STALL_S = 0.001
+#: A request is lag-flagged when stalls inside its wait for the first token exceed this
+#: share of that TTFT.
+LAG_SHARE = 0.02
 
 
 class LagMonitor:
@@ -123,6 +134,11 @@ class LagMonitor:
             total += min(hi, end_ns) - max(lo, start_ns)
             i += 1
         return total
+
+    def lag_flag(self, send_ns: int, first_ns: int) -> bool:
+        """Whether stalls in ``[send_ns, first_ns]`` exceed :data:`LAG_SHARE` of that TTFT."""
+        overlap = self.overlap_ns(send_ns, first_ns)
+        return bool(overlap) and overlap > LAG_SHARE * max(1, first_ns - send_ns)
 
     def summary(self) -> dict[str, Any]:
         """Figures for the manifest (milliseconds)."""

@@ -119,7 +119,9 @@ class RequestRecord:
     output_text: str | None = column(pl.String(), "the answer (first 200 characters)")
     first_logprob: float | None = column(pl.Float64(), "logprob of the first output token")
     loop_lag_flag: bool | None = column(
-        pl.Boolean(), "event-loop lag could have moved TTFT by more than 2% (v1: any lag > 5 ms)"
+        pl.Boolean(),
+        "the client's event loop stalled (woke more than 1 ms late) for more than 2% of this "
+        "request's TTFT while it waited for its first token (v1: any stall over 5 ms)",
     )
     # schema_version 2:
     prompt_digest: str | None = column(pl.String(), "digest of the exact messages sent")

@@ -27,7 +27,7 @@ from pathlib import Path
 from sessiongen.calibrate import calibrate, scenario_load
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
-from sessiongen.client.lagmon import LagMonitor
+from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.errors import EndpointError, UserError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
@@ -136,7 +136,7 @@ class _Replay:
         self.result = ReplayResult(self.run_dir)
         # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
         # (runner.lag_matters), and nothing is logged mid-run to break the progress bars.
-        self.lag = LagMonitor(threshold_s=0.001, warn=False)
+        self.lag = LagMonitor(threshold_s=STALL_S, warn=False)
         self.t0 = time.perf_counter_ns()
         self.generator = generator_for(
             scenario.model.tokenizer, server_url=target.tokenizer_url(), model=scenario.model.name

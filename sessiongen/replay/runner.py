@@ -148,23 +148,11 @@ def _hits(
     return None, None, None
 
 
-#: A request is flagged when event-loop lag inside its span exceeds this share of its TTFT.
-LAG_SHARE = 0.02
-
-
 def lag_matters(lag: LagMonitor, res: Result) -> bool:
-    """Whether the client's event-loop lag could have moved this request's TTFT by more
-    than :data:`LAG_SHARE` of it (a stall pushes every timestamp taken in it to its end).
-
-    Relative, so it means the same at every time scale: 5 ms of lag is noise beside a
-    3 s cold prefill and a fifth of a 25 ms simulated local hit.
-    """
+    """Whether the request is lag-flagged (:meth:`LagMonitor.lag_flag`): stalls while it
+    waited for its first token (until now, if none came) above 2% of that wait."""
     end = res.chunk_ns[0] if res.chunk_ns else time.perf_counter_ns()
-    overlap = lag.overlap_ns(res.send_ns, end)
-    if not overlap:
-        return False
-    ttft_ns = (end - res.send_ns) or 1
-    return overlap > LAG_SHARE * ttft_ns
+    return lag.lag_flag(res.send_ns, end)
 
 
 def _server_fact_s(res: Result, name: str) -> float | None:

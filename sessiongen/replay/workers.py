@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sessiongen.client.driver import Client
-from sessiongen.client.lagmon import LagMonitor
+from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.errors import SessiongenError
 from sessiongen.records.format import RequestRecord
 from sessiongen.replay.plan import BlockPlan
@@ -87,7 +87,7 @@ def _worker_main(job: WorkerJob, out: Any, go: Any) -> None:
 
 
 async def _run(sc: Scenario, job: WorkerJob, sessions: list[Session], out: Any) -> dict[str, Any]:
-    lag = LagMonitor(threshold_s=0.001, warn=False)
+    lag = LagMonitor(threshold_s=STALL_S, warn=False)
     lag_task = asyncio.create_task(lag.run())
     async with Client(job.concurrency, sc.driver.connect_timeout_s) as client:
         for url in [*job.urls, *([job.gateway] if job.gateway else [])]:

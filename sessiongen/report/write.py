@@ -38,6 +38,7 @@ from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
+from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
 from sessiongen.report.correctness import basis_note, correctness_passed, correctness_problems
@@ -94,6 +95,7 @@ class Frames:
     correctness: Correctness
     error: pl.DataFrame
     cold_check: pl.DataFrame
+    lag: pl.DataFrame
 
     @property
     def equivalence(self) -> Equivalence:
@@ -119,6 +121,7 @@ class Frames:
             correctness=analysis.correctness(run, logprob_tol=logprob_tol),
             error=analysis.measurement_error(run),
             cold_check=analysis.cold_turn_asymmetry(run, boot=boot),
+            lag=analysis.lag_effect(run),
         )
 
 
@@ -209,17 +212,36 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
     if bad_blocks:
         out.append(Paragraph(f"{len(bad_blocks)} blocks did not finish:", warning=True))
         out.append(Table(pl.DataFrame(bad_blocks)))
-    lagged = int(run.requests["loop_lag_flag"].fill_null(False).sum())
-    if lagged:
-        out.append(
+    moved = f.lag.filter(pl.col("moved"))
+    if not moved.is_empty():
+        worst = moved.sort(pl.col("shift").abs(), descending=True).row(0, named=True)
+        out += [
             Paragraph(
-                f"{lagged} requests saw client event-loop lag that could have moved their "
-                "TTFT by more than 2% (loop_lag_flag; in runs before schema 2: any lag over "
-                "5 ms).",
+                f"Client event-loop lag moved the median TTFT of {moved.height} cells by more "
+                f"than {analysis.ERROR_SHARE:.0%} (worst {worst['shift']:+.1%}: "
+                f"{worst['placement']}/{worst['cache']} turn {worst['turn']}, "
+                f"{worst['lagged']} of {worst['n']} requests lag-flagged): leaving the "
+                "flagged requests out changes those figures.",
                 warning=True,
-            )
-        )
+            ),
+            _show(moved, *CELL_KEYS, "n", "lagged", "median_ttft_s", "median_unlagged_s", "shift"),
+        ]
     return out
+
+
+def _lag_note(f: Frames) -> list[Element]:
+    """Lag that moved no figure: a note beside the measurements, not a problem."""
+    lagged = int(f.lag["lagged"].sum()) if not f.lag.is_empty() else 0
+    if not lagged or f.lag["moved"].any():
+        return []
+    return [
+        Paragraph(
+            f"Event-loop lag: {lagged} requests were lag-flagged (the client's loop stalled "
+            "for more than 2% of their TTFT while they waited); leaving them out moves no "
+            f"cell's median TTFT by more than {analysis.ERROR_SHARE:.0%}, so no figure here "
+            "rests on them."
+        )
+    ]
 
 
 def _trust_problems(f: Frames) -> list[Element]:
@@ -278,7 +300,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
                 f"errors, {_drift_summary(f)}."
             )
         ]
-    return [Heading("Problems"), *found, *passed, *basis]
+    return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]
 
 
 def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:

@@ -654,4 +654,7 @@ def store_run_noise(store: str | Path, run: Any) -> RunNoise:
             f"the trend store's night-to-night noise over {len(nights.run_ids)} nights",
             float(diffs),
         )
-    return None
+    raise UserError(
+        f"{store}: fewer than 3 nights of {folder} [{run.meta.target_kind}] at time scale "
+        f"{run.time_scale:g} in the trend store: cannot measure the run-to-run noise"
+    )

@@ -289,3 +289,19 @@ def test_default_run_noise_is_said(baseline: analysis.Run, tmp_path: Path) -> No
     text = result.to_text()
     assert "run-to-run noise 4.0% per run (assumed" in text
     assert "cannot be shown" in text and result.verdict == "inconclusive"
+
+
+def test_the_trend_store_gives_the_run_noise(tmp_path: Path) -> None:
+    from sessiongen import trend
+
+    spec = with_changes(AA, placements=("alternate",), turns=3)
+    runs = [write_run(tmp_path / "runs", with_changes(spec, noise_seed=60 + i)) for i in range(4)]
+    store = tmp_path / "store"
+    runner = CliRunner()
+    trend.trend_add(runs[:2], store)
+    few = runner.invoke(cli, ["compare", str(runs[0]), str(runs[3]), "--store", str(store)])
+    assert few.exit_code == 2 and "fewer than 3 nights" in few.output
+    trend.trend_add(runs[2:3], store)
+    result = runner.invoke(cli, ["compare", str(runs[0]), str(runs[3]), "--store", str(store)])
+    assert "the trend store's night-to-night noise over 3 nights" in result.output, result.output
+    assert result.exit_code in (0, 3)

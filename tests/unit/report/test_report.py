@@ -120,3 +120,36 @@ def test_context_sizes_and_single_arm_runs(tmp_path: Path) -> None:
     rows = _csv(single.parent / "summary.csv")
     assert {r["cache"] for r in rows} == {"on"} and all(r["speedup"] == "" for r in rows)
     assert (single.parent / "speedup.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def _lagged(tmp_path: Path, slower: float) -> str:
+    """A clean run whose turn-2 requests in the first OFF and ON blocks are lag-flagged
+    and ``slower`` (the other block of each arm is not)."""
+    spec = SyntheticSpec(placements=("alternate",), turns=3, noise_sigma=0.005)
+    run_dir = write_run(tmp_path, spec)
+    path = run_dir / "requests.parquet"
+    frame = pl.read_parquet(path)
+    first = pl.col("block_in_placement").is_in([0, 1])
+    hit = (pl.col("turn") == 2) & first & ~pl.col("warmup")
+    frame = frame.with_columns(
+        loop_lag_flag=pl.when(hit).then(True).otherwise(pl.col("loop_lag_flag")),
+        ttft_s=pl.when(hit).then(pl.col("ttft_s") * slower).otherwise(pl.col("ttft_s")),
+    )
+    frame.write_parquet(path)
+    text = report.write_report(run_dir).read_text()
+    return text[text.index("## Problems") : text.index("## Headline")]
+
+
+def test_lag_that_moved_no_figure_is_a_note_not_a_problem(tmp_path: Path) -> None:
+    # Every simulated run's Problems opened with "N requests saw client event-loop lag
+    # that could have moved their TTFT": the possibility, not the evidence.
+    problems = _lagged(tmp_path, slower=1.0)
+    assert "None found" in problems
+    assert "Event-loop lag: 16 requests were lag-flagged" in problems  # 8 sessions x 2 arms
+    assert "moved the median TTFT" not in problems
+
+
+def test_lag_that_moved_a_median_is_a_problem(tmp_path: Path) -> None:
+    problems = _lagged(tmp_path, slower=3.0)
+    assert "Client event-loop lag moved the median TTFT of 2 cells" in problems
+    assert "None found" not in problems
