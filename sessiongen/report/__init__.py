@@ -6,6 +6,18 @@
 - :mod:`.write`: :func:`write_report`.
 """
 
-from sessiongen.report.write import SUMMARY_COLUMNS, summary_frame, write_report
+from sessiongen.report.write import (
+    SUMMARY_COLUMNS,
+    read_cautions,
+    report_cautions,
+    summary_frame,
+    write_report,
+)
 
-__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "read_cautions",
+    "report_cautions",
+    "summary_frame",
+    "write_report",
+]

@@ -166,12 +166,15 @@ def _header(run: Run) -> list[Element]:
     return blocks
 
 
+LIMITS = "Limits of this run"
+
+
 def _limits(run: Run) -> list[Element]:
     """What the run is too small to show (sessions for the intervals, drift unchecked)."""
     warnings = analysis.interval_warnings(run)
     if not warnings:
         return []
-    return [Heading("Limits of this run"), *(Paragraph(w, warning=True) for w in warnings)]
+    return [Heading(LIMITS), *(Paragraph(w, warning=True) for w in warnings)]
 
 
 def _drift_summary(f: Frames) -> str:
@@ -326,7 +329,38 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Elem
             "n_off",
             "n_on",
         ),
+        *_pool_overhead(f),
     ]
+
+
+def _pool_overhead(f: Frames) -> list[Element]:
+    """Later turns where the pool surely costs more than recomputing: its overhead."""
+    slower = f.speedup.filter(pl.col("turn") > 1, pl.col("speedup_ci_high") < 1.0)
+    if slower.is_empty():
+        return []
+    hits = f.attribution.filter(pl.col("cache") == "on").select(
+        "placement", "context_tokens", "turn", "external_hit_tokens", "prompt_tokens"
+    )
+    rows = slower.join(hits, on=["placement", "context_tokens", "turn"], how="left")
+    parts = [
+        f"{r['placement']} turn {r['turn']} {r['speedup']:.2f}x "
+        f"[{r['speedup_ci_low']:.3f}, {r['speedup_ci_high']:.3f}] with "
+        f"{_tokens(r['external_hit_tokens'])} of {_tokens(r['prompt_tokens'])} prompt tokens "
+        "from the pool"
+        for r in rows.iter_rows(named=True)
+    ]
+    return [
+        Paragraph(
+            "Pool overhead: where the interval lies wholly below 1, the turn is surely slower "
+            "with the shared cache on than recomputing: " + "; ".join(parts) + ". A pool hit "
+            "that small costs its lookup and transfer and saves little prefill.",
+            warning=True,
+        )
+    ]
+
+
+def _tokens(value: float | None) -> str:
+    return "no" if value is None else f"{value:,.0f}"
 
 
 def _fidelity(f: Frames) -> list[Element]:
@@ -583,4 +617,33 @@ def write_report(
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())
+    cautions = json.dumps(report_cautions(blocks), indent=2) + "\n"
+    atomic_write_bytes(out / CAUTIONS_FILE, cautions.encode())
     return out / "report.md"
+
+
+#: The report's Problems and Limits as data (``report/cautions.json``), for the nightly
+#: summary and the notebook: what the report leads with, said the same everywhere.
+CAUTIONS_FILE = "cautions.json"
+CAUTION_SECTIONS = {"Problems": "problems", LIMITS: "limits"}
+
+
+def report_cautions(blocks: list[Element]) -> dict[str, list[str]]:
+    """The warning paragraphs under the report's Problems and Limits headings."""
+    out: dict[str, list[str]] = {name: [] for name in CAUTION_SECTIONS.values()}
+    section = None
+    for block in blocks:
+        if isinstance(block, Heading) and block.level <= 2:
+            section = CAUTION_SECTIONS.get(block.text)
+        elif section and isinstance(block, Paragraph) and block.warning:
+            out[section].append(block.text)
+    return out
+
+
+def read_cautions(report_dir: Path) -> dict[str, list[str]] | None:
+    """A written report's Problems and Limits (None for reports written before them)."""
+    path = report_dir / CAUTIONS_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {name: [str(t) for t in data.get(name, [])] for name in CAUTION_SECTIONS.values()}

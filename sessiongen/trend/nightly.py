@@ -40,7 +40,7 @@ from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records import io
 from sessiongen.replay import ReplayOptions, replay
-from sessiongen.report import write_report
+from sessiongen.report import read_cautions, write_report
 from sessiongen.scenario import schema
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.spec import Scenario, TargetSpec
@@ -159,6 +159,8 @@ class NightlyRun:
     report: Path | None = None
     error: str | None = None  # the scenario could not run (one line)
     folder: str = ""  # its trend store folder
+    problems: tuple[str, ...] = ()  # its report's Problems (warnings), as the report says them
+    limits: tuple[str, ...] = ()  # its report's Limits
 
     @property
     def ok(self) -> bool:
@@ -205,6 +207,9 @@ def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: 
     run.stored = next(iter(trend_add([outcome.run_dir], store)), None)
     if report:
         run.report = write_report(outcome.run_dir)
+        cautions = read_cautions(run.report.parent) or {}
+        run.problems = tuple(cautions.get("problems", ()))
+        run.limits = tuple(cautions.get("limits", ()))
     return run
 
 
@@ -268,12 +273,42 @@ def _runs_table(result: NightlyResult) -> list[str]:
     return out
 
 
+def headline(result: NightlyResult) -> str:
+    """The night in a few words: OK only when no run's report has a Problem or a Limit."""
+    if result.exit_code == 130:
+        return "INTERRUPTED"
+    if result.exit_code:
+        return "ATTENTION: regressions or failed runs"
+    troubled = [r for r in result.runs if r.problems]
+    limited = [r for r in result.runs if r.limits and not r.problems]
+    if troubled:
+        return (
+            f"NO REGRESSION, BUT {len(troubled)} OF {len(result.runs)} RUNS REPORT PROBLEMS: "
+            "their figures may not mean what they say"
+        )
+    if limited:
+        return f"OK, WITH LIMITS in {len(limited)} of {len(result.runs)} runs"
+    return "OK"
+
+
+def _cautions(result: NightlyResult) -> list[str]:
+    """Each run's Problems and Limits, as its report leads with them."""
+    out: list[str] = []
+    for r in result.runs:
+        if not (r.problems or r.limits):
+            continue
+        out += [f"### {r.scenario}", ""]
+        out += [f"- Problem: {text}" for text in r.problems]
+        out += [f"- Limit: {text}" for text in r.limits]
+        out.append("")
+    return ["## Problems and limits of tonight's runs", "", *out] if out else []
+
+
 def summary_markdown(result: NightlyResult, suite: Suite, store: Path, started: datetime) -> str:
-    """The night's summary: runs, the trend check's findings and the plots."""
+    """The night's summary: runs, their Problems and Limits, the trend's findings, plots."""
     tool = io.tool_identity()
-    verdict = {0: "OK", 1: "ATTENTION: regressions or failed runs", 130: "INTERRUPTED"}
     lines = [
-        f"# sessiongen nightly {started:%Y-%m-%d %H:%M} UTC: {verdict[result.exit_code]}",
+        f"# sessiongen nightly {started:%Y-%m-%d %H:%M} UTC: {headline(result)}",
         "",
         f"Config `{suite.path}`, trend store `{store}`, sessiongen {tool['sessiongen_version']}"
         f" (git {str(tool['git_sha'])[:12]}).",
@@ -282,6 +317,7 @@ def summary_markdown(result: NightlyResult, suite: Suite, store: Path, started: 
         "",
         *_runs_table(result),
         "",
+        *_cautions(result),
         "## Trend",
         "",
         result.check.markdown() if result.check else "No runs in the trend store yet.\n",

@@ -153,3 +153,16 @@ def test_lag_that_moved_a_median_is_a_problem(tmp_path: Path) -> None:
     problems = _lagged(tmp_path, slower=3.0)
     assert "Client event-loop lag moved the median TTFT of 2 cells" in problems
     assert "None found" not in problems
+
+
+def test_a_pool_slower_than_recomputing_is_reported_as_its_overhead(tmp_path: Path) -> None:
+    # alt32k alternate turn 3 was 0.96x [0.962, 0.966] with 96 pool tokens, uncommented.
+    spec = SyntheticSpec(
+        placements=("alternate",), turns=3, noise_sigma=0.01, speedup={"alternate": 0.9}
+    )
+    text = report.write_report(write_run(tmp_path, spec)).read_text()
+    headline = text[text.index("## Headline") :]
+    assert "Pool overhead: where the interval lies wholly below 1" in headline
+    assert "alternate turn 2 0.90x" in headline and "prompt tokens from the pool" in headline
+    clean = report.write_report(write_run(tmp_path / "c", with_changes(spec, speedup={})))
+    assert "Pool overhead" not in clean.read_text()

@@ -185,3 +185,26 @@ def test_a_list_field_can_ask_for_more_than_one_entry() -> None:
         schema.build(_Pair, {"points": [1]}, "p.toml")
     with pytest.raises(TypeError, match="empty or at_least"):
         spec((), empty="none", at_least=2)
+
+
+#: Shipped scenarios below the analysis' minimum session count, and why that is right.
+SMALL_ON_PURPOSE = {
+    "smoke": "two tiny sessions, for tests and for trying a target",
+    "smoke-cpu": "the smoke scenario on the real CPU pair, for tests",
+    "xreplica": "the study's probe chains, one table row per size; nightly sets 5",
+    "fitprobe": "chains for sessiongen fit, which resamples sessions within each size",
+}
+
+
+def test_shipped_scenarios_meet_the_tools_own_minimum() -> None:
+    # The quick start's report opened with "Limits of this run: only 4 sessions per arm".
+    from sessiongen.analysis.stats import MIN_SESSIONS
+    from sessiongen.trend import nightly
+
+    for path in sorted((ROOT / "scenarios").glob("*.toml")):
+        if path.stem in SMALL_ON_PURPOSE:
+            continue
+        assert scenario.load(path).sessions.count >= MIN_SESSIONS, path.name
+    suite = nightly.load_suite(ROOT / "nightly" / "example.toml")
+    for scen in suite.scenarios:
+        assert scen.sessions.count >= MIN_SESSIONS, scen.name
