@@ -13,6 +13,9 @@ sizes x 6 turns, TTFT per arm and speedup), checked every night as the nightly j
 - **power**: 14 flat nights, then every series steps 20% or 30% (TTFT up, speedup down);
   the share of series with a regression dated to the step night after 1..5 nights at the
   new level (``--min-nights`` 2: one night is never enough);
+- **stored intervals**: 95% intervals expanded for 4 and 8 sessions, as run_summary
+  writes them, read by the stored standard error (today) and as plain 95% intervals
+  (stores without it, and the check before it);
 - **six smoke-like nights** with two loud cells (the false "REGRESSION speedup alternate
   ctx 2048 turn 3" of issue 11): the share of histories with any finding on nights 4-6.
 
@@ -58,6 +61,23 @@ def main() -> None:
             shares = power(night, step, seeds=range(args.power_seeds))
             text = "  ".join(f"{s:4.0%}" for s in shares)
             print(f"  noise {noise:.0%}, {step:.0%} step: {text}")
+    print(
+        "intervals as run_summary stores them (95% expanded for the session count): power "
+        "of a 20% step at 5% night noise, read by the stored standard error and the old way"
+    )
+    for sessions in (4, 8):
+        stored = Night(noise=0.05, ci_noise=0.04, sessions=sessions, interval="expanded")
+        for label, night in (
+            ("standard error", stored),
+            ("as plain 95%", replace(stored, store_se=False)),
+        ):
+            found, checks = false_alarms(night, seeds=range(args.suites), nights=args.nights)
+            shares = power(night, 0.2, seeds=range(args.power_seeds))
+            text = "  ".join(f"{s:4.0%}" for s in shares)
+            print(
+                f"  {sessions} sessions, {label:<14}: {text}   false alarms "
+                f"{100 * found / checks:5.2f} per 100 series-nights"
+            )
     alarmed = smoke_like_alarms(range(args.smoke_seeds))
     print(
         f"six smoke-like nights: {alarmed / args.smoke_seeds:.1%} of {args.smoke_seeds} "

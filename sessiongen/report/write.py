@@ -63,12 +63,21 @@ SUMMARY_COLUMNS = (
     "cache",
     "turn",
     "n",
+    "sessions",
+    "errors",
     "median_ttft_s",
     "ci_low_s",
     "ci_high_s",
+    "ttft_log_se",
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
+    "speedup_log_se",
+    "divergences",
+    "pool_divergences",
+    "cache_failures",
+    "off_inconsistent",
+    "on_only",
 )
 
 

@@ -3,9 +3,11 @@
 Text is built from *units* whose token counts are known: lowercase words with a leading
 space (`` house``), capitalised sentence starts (`` The``), paragraph starts after a
 break (``The``), and the punctuation units ``,`` ``.`` and ``.\\n\\n``. Words are drawn
-from a Zipf-like distribution over real single-token English words taken from
-cl100k's vocabulary (plus two-piece compounds, so multi-token words occur too), in
-sentences of 6 to 21 words with occasional commas and paragraph breaks.
+from a Zipf-like distribution over single-token alphabetic pieces of cl100k's
+vocabulary (plus two-piece compounds, so multi-token words occur too), in sentences of
+6 to 21 words with occasional commas and paragraph breaks. Many pieces are fragments of
+words ("weap", "scient"): the text has the shape and token statistics of prose, not its
+sense.
 
 For tokenizers that split on spaces and punctuation before BPE (cl100k does), a text
 of such units tokenizes unit by unit, so its length is the sum of the units' counts
