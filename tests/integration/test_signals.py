@@ -97,7 +97,18 @@ def _has_requests(log: Path) -> bool:
         return False
 
 
-def _reached(case: Case, block: int, runs: Path) -> bool:
+def _workers_running(tag: str) -> bool:
+    """True once a replay worker (a process of multiprocessing's spawn) carries ``tag``."""
+    for pid in descendants.tagged(tag):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _reached(case: Case, block: int, runs: Path, tag: str) -> bool:
     """True once the replay is at the point of life ``case`` signals it in."""
     run_dir = _run_dir(runs)
     if run_dir is None:
@@ -108,7 +119,8 @@ def _reached(case: Case, block: int, runs: Path) -> bool:
         manifest = _manifest(run_dir) or {}
         blocks = manifest.get("blocks", [])
         done = len(blocks) > block and all(b["status"] == "ok" for b in blocks[:block])
-        return done and _has_requests(run_dir / f"sim-{block}.log")
+        serving = done and _has_requests(run_dir / f"sim-{block}.log")
+        return serving and (case.workers == 1 or _workers_running(tag))
     if case.phase == "report":
         return (run_dir / "report").exists()
     raise AssertionError(case.phase)
@@ -139,7 +151,7 @@ def test_a_signalled_replay_leaves_no_process_behind(
     try:
         if case.phase != "early":
             deadline = time.monotonic() + EVENT_DEADLINE_S
-            while not _reached(case, block, runs):
+            while not _reached(case, block, runs, tag):
                 assert proc.poll() is None, f"replay ended first:\n{out.read_text()}"
                 assert time.monotonic() < deadline, f"never reached {case.phase}"
                 time.sleep(0.02)

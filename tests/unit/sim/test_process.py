@@ -172,13 +172,14 @@ def test_a_second_signal_ends_a_stopping_simulator_at_once(
     assert code in (128 + signal.SIGHUP, 128 + signal.SIGTERM)
 
 
-@pytest.mark.parametrize("wait_s", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("wait_s", [0.0, 0.2, 0.5])
 async def test_a_block_cancelled_while_its_simulator_starts_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait_s: float
 ) -> None:
     """What a replay does on Ctrl-C while the next block's simulator starts: the block's
     task is cancelled, then the target closed. The simulator must go with it, at any
-    point of its start-up (the delays land in its imports, its start, its health wait)."""
+    point of its start-up (the delays land in its imports, its start, its health wait;
+    on a fast machine the last may find it ready, and closing the target stops it)."""
     tag = descendants.new_tag()
     monkeypatch.setenv(descendants.TAG_VAR, tag)
     target = SimTarget(scenario_mod.load(SCENARIOS / "smoke.toml"))
@@ -189,9 +190,12 @@ async def test_a_block_cancelled_while_its_simulator_starts_leaves_nothing(
         await asyncio.sleep(0.01)
     assert descendants.tagged(tag), "the simulator never started"
     await asyncio.sleep(wait_s)
-    opening.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await opening
+    if opening.done():
+        assert len(opening.result()) == 2
+    else:
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
     await target.close()
     left = await asyncio.to_thread(descendants.survivors, tag, EXIT_DEADLINE_S)
     descendants.kill(left)
