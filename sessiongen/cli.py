@@ -2,7 +2,10 @@
 
 Known errors (:class:`sessiongen.errors.UserError`) print as one line with exit status 2;
 a run that finished with failed requests or cache failures (ON answers wrong where OFF
-answered the same prompt right) exits 1; anything else keeps its traceback.
+answered the same prompt right) exits 1; anything else keeps its traceback. SIGTERM and
+SIGHUP stop a command as Ctrl-C does, and a second signal only hurries the clean-up
+(:mod:`sessiongen.infra.signals`); an interrupted command exits 128 plus the signal's
+number (130, 143, 129).
 
 Each command imports the library it calls inside its function: the replay, analysis
 and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
@@ -21,6 +24,7 @@ import click
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import CacheFailureError, RunDirError, RunFailedError, UserError
+from sessiongen.infra import signals
 from sessiongen.scenario.schema import check_field
 from sessiongen.sim.cli import serve_command
 
@@ -182,7 +186,8 @@ def replay(
     model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
     Exit status 1 when any request failed or the cache changed answers (an ON answer
-    wrong where the OFF arm answered the same prompt right), 130 when interrupted.
+    wrong where the OFF arm answered the same prompt right), 130 when interrupted
+    (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
 
     With --gateway, turns go to your router and the replica that served each is found
     from the response (--replica-header, or vLLM's system_fingerprint) or, at
@@ -208,7 +213,7 @@ def replay(
         wrong = _correctness(outcome.run_dir)
     if outcome.interrupted:
         click.echo(f"interrupted: kept {outcome.requests} measured requests", err=True)
-        raise SystemExit(130)
+        raise SystemExit(signals.exit_status())
     if outcome.failed:
         raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong])))
     if wrong:
@@ -420,11 +425,12 @@ STATE_DIR_OPTION = click.option(
 def pair_up(scenario_file: str, cache: str, state_dir: str, overrides: tuple[str, ...]) -> None:
     """Start the managed pair of SCENARIO_FILE ([target.managed]) and leave it running."""
     from sessiongen.launch.state import pair_up as up
+    from sessiongen.launch.state import records
 
     sc = load_scenario(scenario_file, overrides)
     state = up(sc, Path(state_dir), cache_on=cache == "on")
-    for proc in state["processes"]:
-        click.echo(f"{proc.get('name')}: pid {proc.get('pid')} {proc.get('url') or ''}".rstrip())
+    for rec in records(state):
+        click.echo(f"{rec.name}: pid {rec.pid} {rec.url}".rstrip())
     click.echo(f"state: {Path(state_dir) / 'pair.json'}  (stop with: sessiongen pair down)")
 
 
@@ -561,7 +567,7 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     if result.check is not None:
         click.echo(result.check.table())
     if result.exit_code:
-        raise SystemExit(result.exit_code)
+        raise SystemExit(signals.exit_status() if result.interrupted else result.exit_code)
 
 
 @cli.command("fit")
@@ -704,6 +710,7 @@ def main(argv: list[str] | None = None) -> None:
     Usage errors (a missing argument, a path that is a file where a folder is wanted)
     print as one line naming the option, like every other user error, exit status 2.
     """
+    signals.install()  # for the whole process: its exit hooks stop what is left
     try:
         cli.main(args=argv, prog_name="sessiongen", standalone_mode=False)
     except click.UsageError as exc:
@@ -715,4 +722,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.Abort:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(signals.exit_status())

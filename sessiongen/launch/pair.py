@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import EndpointError
-from sessiongen.infra import files, net, procs
+from sessiongen.infra import files, net, procs, signals
 from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands, reset
 from sessiongen.launch.procs import ProcessRecord
@@ -312,7 +312,7 @@ class ManagedPair:
         env = commands.env_overrides(self.spec, replica, dev_mode=self.resettable)
         name = role if role == "lmcache" else f"{role}-{index}"
         log = self.log_dir / f"{name}.log"
-        with self._lock:
+        with self._lock, signals.deferred():  # no interrupt between spawning and recording
             self._check_not_stopping()
             child = procs.spawn(argv, env, log)
             self._children[child.pid] = child

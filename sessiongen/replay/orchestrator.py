@@ -12,7 +12,10 @@ after every block, every second while it runs, and around every request when one
 session runs at a time (which makes per-request hit attribution exact).
 
 A failed request stops its session (later prompts would build on a missing answer);
-the run carries on. Ctrl-C stops cleanly and keeps everything measured so far.
+the run carries on. Ctrl-C stops cleanly and keeps everything measured so far (so do
+SIGTERM and SIGHUP under :func:`sessiongen.infra.signals.handling`, as the CLI runs):
+the signal cancels the run at an ``await``, every block's replicas and routers are
+stopped on the way out, and the manifest says the run is incomplete.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.errors import EndpointError, UserError
+from sessiongen.infra import signals
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.format import (
@@ -421,13 +425,14 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     target = make_target(scenario, opts.endpoints, opts.cache)
     asyncio.run(target.preflight())  # a one-line error before any work or any run folder
     run = _Replay(scenario, opts, target)
-    if opts.calibrate:
-        run.manifest["calibration"] = calibrate(*scenario_load(scenario))
     interrupted = False
     try:
-        asyncio.run(run.main())
+        if opts.calibrate:
+            run.manifest["calibration"] = calibrate(*scenario_load(scenario))
+        signals.run(run.main())
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        run.finalize(interrupted)
+        with signals.deferred():  # a signal now waits until the run folder is written
+            run.finalize(interrupted)
     return run.result
