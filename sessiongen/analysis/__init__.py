@@ -53,6 +53,7 @@ from sessiongen.analysis.fidelity import (
 )
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
+    SESSION_GAIN,
     arm_turn_table,
     cold_first_turns,
     console_table,
@@ -91,6 +92,7 @@ __all__ = [
     "ERROR_SHARE",
     "EXIT_CODES",
     "LOGPROB_TOL",
+    "SESSION_GAIN",
     "STORE_COST_TOLERANCE",
     "VERDICTS",
     "Bootstrap",
