@@ -21,7 +21,7 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
-from sessiongen.analysis.adequacy import interval_warnings
+from sessiongen.analysis.adequacy import coverage_note, interval_warnings, p90_coverage_note
 from sessiongen.analysis.checks import (
     cache_attribution,
     contamination,
@@ -114,6 +114,7 @@ __all__ = [
     "contamination_expr",
     "correctness",
     "correctness_cells",
+    "coverage_note",
     "cross_vs_same",
     "divergence_counts",
     "divergences",
@@ -127,6 +128,7 @@ __all__ = [
     "load_run",
     "measurement_error",
     "needle_grades",
+    "p90_coverage_note",
     "paired_design",
     "replica_moves",
     "resolve_run_dir",
