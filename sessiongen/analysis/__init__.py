@@ -21,7 +21,7 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
-from sessiongen.analysis.adequacy import interval_warnings
+from sessiongen.analysis.adequacy import coverage_note, interval_warnings, p90_coverage_note
 from sessiongen.analysis.checks import (
     cache_attribution,
     contamination,
@@ -54,6 +54,7 @@ from sessiongen.analysis.fidelity import (
 )
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
+    SESSION_GAIN,
     arm_turn_table,
     cold_first_turns,
     console_table,
@@ -92,6 +93,7 @@ __all__ = [
     "ERROR_SHARE",
     "EXIT_CODES",
     "LOGPROB_TOL",
+    "SESSION_GAIN",
     "STORE_COST_TOLERANCE",
     "VERDICTS",
     "Bootstrap",
@@ -113,6 +115,7 @@ __all__ = [
     "contamination_expr",
     "correctness",
     "correctness_cells",
+    "coverage_note",
     "cross_vs_same",
     "divergence_counts",
     "divergences",
@@ -127,6 +130,7 @@ __all__ = [
     "load_run",
     "measurement_error",
     "needle_grades",
+    "p90_coverage_note",
     "paired_design",
     "replica_moves",
     "resolve_run_dir",

@@ -25,8 +25,11 @@ Methods
   ``alpha' / 2 = Phi(-sqrt(n / (n - 1)) t_{alpha/2, n-1})`` instead of ``alpha / 2``
   (:func:`expanded_conf`). bench/interval_coverage.py measures what it buys for the
   speedup interval (README, Analysis): at 4 sessions the coverage of a nominal 95%
-  interval rises from 84-88% to 89-93%; at 2 sessions (3 distinct resamples) nothing
-  helps (50-53%), hence :data:`MIN_SESSIONS`.
+  interval rises from 84-88% to 89-93% over unimodal models of per-session variation
+  (a hit/miss mixture gains nothing there: 87%, its resamples take few values); at 8,
+  from 89% to 96% for the mixture; at 2 sessions (3 distinct resamples) nothing helps
+  (48-53%), hence :data:`MIN_SESSIONS`. It does not rescue a p90: see
+  :mod:`sessiongen.analysis.adequacy`.
 - **Student t interval** of a mean (Student 1908, *Biometrika* 6:1): ``mean +- t_{n-1}
   s / sqrt(n)``, exact for normal data at any ``n >= 2``; used on logs of ratios.
 - **Mann-Whitney U** (scipy.stats.mannwhitneyu, asymptotic with tie and continuity
@@ -82,8 +85,9 @@ FAILED_FROM = FAILED / 4
 _CHUNK_ELEMENTS = 1 << 22
 #: Fewest resampled sessions for which the (expanded, paired) percentile interval of a
 #: speedup covers near its nominal level. bench/interval_coverage.py measured the
-#: coverage of nominal 95% intervals over three models of per-session variation: 50-53%
-#: at 2 sessions, 89-93% at 4, 94-96% at 5, 96-99% at 6, 98-99% at 8 (README, Analysis).
+#: coverage of nominal 95% intervals over four models of per-session variation: 48-53%
+#: at 2 sessions, 75-82% at 3, 87-93% at 4, 94-96% at 5, 96-99% at 6 and 8
+#: (:data:`sessiongen.analysis.adequacy.MEASURED_COVERAGE`, README, Analysis).
 MIN_SESSIONS = 5
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from sessiongen.analysis import load, session_speedup
+from sessiongen.analysis import SESSION_GAIN, load, session_speedup
 from sessiongen.analysis.stats import Bootstrap
 from sessiongen.records.run import Run
 from sessiongen.report.document import Element, Heading, Image, Paragraph, Table
@@ -96,7 +96,7 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
         out.append(
             Paragraph(
                 f"Objective: TTFT <= {ttft_s:g} {unit} for at least {attainment:.0%} of turns. "
-                "Gain: median whole-session time OFF / ON at each level (paired bootstrap "
+                f"session_gain: {SESSION_GAIN}, at each level (paired bootstrap "
                 "over sessions). Goodput intervals take sessions as units (a session's "
                 "turns share prompts, a replica and queueing, so they are not independent); "
                 "p90 is MLPerf's early-stopping estimate on the effective sample size."
