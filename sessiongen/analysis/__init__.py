@@ -21,7 +21,12 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
-from sessiongen.analysis.adequacy import coverage_note, interval_warnings, p90_coverage_note
+from sessiongen.analysis.adequacy import (
+    coverage_note,
+    fewest_sessions,
+    interval_warnings,
+    p90_coverage_note,
+)
 from sessiongen.analysis.checks import (
     cache_attribution,
     contamination,
@@ -123,6 +128,7 @@ __all__ = [
     "drift_verdict",
     "drop_single_context",
     "equivalence",
+    "fewest_sessions",
     "has_routed",
     "interval_warnings",
     "lag_effect",

@@ -315,7 +315,9 @@ def _problems(run: Run, f: Frames) -> list[Element]:
     return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]
 
 
-def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
+def _headline(run: Run, f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
+    fewest = analysis.fewest_sessions(run)
+    coverage = analysis.coverage_note(fewest) if fewest is not None else None
     return [
         Heading(HEADLINE),
         Paragraph(
@@ -339,6 +341,7 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Elem
             "n_on",
         ),
         *_pool_overhead(f),
+        *([Paragraph(coverage)] if coverage and fewest and fewest >= MIN_SESSIONS else []),
     ]
 
 
@@ -586,7 +589,7 @@ def build_blocks(
         *_limits(run),
         *_problems(run, frames),
         *routing_section(run, boot),
-        *_headline(frames, figures, boot),
+        *_headline(run, frames, figures, boot),
         *_details(frames, figures),
         *_fidelity(frames),
         *_overhead(run),

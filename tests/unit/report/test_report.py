@@ -166,3 +166,9 @@ def test_a_pool_slower_than_recomputing_is_reported_as_its_overhead(tmp_path: Pa
     assert "alternate turn 2 0.90x" in headline and "prompt tokens from the pool" in headline
     clean = report.write_report(write_run(tmp_path / "c", with_changes(spec, speedup={})))
     assert "Pool overhead" not in clean.read_text()
+
+
+def test_the_headline_says_when_its_95_percent_over_covers(clean_report: Path) -> None:
+    headline = clean_report.read_text().split("## Headline", 1)[1].split("\n## ", 1)[0]
+    assert "At 8 sessions these 95% intervals covered" in headline
+    assert "they are conservative" in headline
