@@ -57,6 +57,8 @@ class Outcome:
     served: int  # pool-served requests judged against OFF
     served_hit: int  # of them, with at least one chunk hit
     hit_diverged: int
+    single: int  # hit requests with exactly one spoiled chunk
+    single_diverged: int
     unhit_diverged: int
     served_chunks: int  # distinct pool chunks those requests loaded
     verdict: str
@@ -132,6 +134,8 @@ def run_once(base: Path, kind: str, share: float, seed: int, args: argparse.Name
         served=judged.height,
         served_hit=hit.height,
         hit_diverged=hit.filter(failed).height,
+        single=hit.filter(pl.col("chunks_hit") == 1).height,
+        single_diverged=hit.filter(failed & (pl.col("chunks_hit") == 1)).height,
         unhit_diverged=unhit.filter(failed).height,
         served_chunks=int(joined["chunks"].fill_null(0).sum()),
         verdict=eq.verdict,
@@ -174,6 +178,9 @@ def main() -> None:
     caught = sum(o.hit_diverged for o in outcomes)
     missed_unhit = sum(o.unhit_diverged for o in outcomes)
     print(f"requests with >= 1 spoiled chunk that diverged: {caught} of {hit}")
+    single = sum(o.single for o in outcomes)
+    single_caught = sum(o.single_diverged for o in outcomes)
+    print(f"  of them with exactly one spoiled chunk: {single_caught} of {single}")
     print(f"requests with no spoiled chunk that diverged: {missed_unhit} (expected 0)")
     print("runs caught (equivalence verdict cache failure):")
     for share in shares:
