@@ -236,7 +236,11 @@ def _correctness(run_dir: Path) -> str | None:
     """Print the run's correctness verdicts; the cache failures as one line, if any."""
     from sessiongen import analysis
 
-    verdicts = analysis.correctness(analysis.load_run(run_dir))
+    run = analysis.load_run(run_dir)
+    fault = run.meta.fault_line()
+    if fault:
+        click.echo(fault)
+    verdicts = analysis.correctness(run)
     line = verdicts.verdict_line()
     if line:
         click.echo(line)

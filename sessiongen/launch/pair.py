@@ -27,7 +27,7 @@ from typing import Any
 from sessiongen.errors import EndpointError
 from sessiongen.infra import files, net, procs, signals
 from sessiongen.infra.files import ensure_dir
-from sessiongen.launch import commands, reset
+from sessiongen.launch import commands, faults, reset
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
 
@@ -126,6 +126,7 @@ class ManagedPair:
                     port=port,
                     lmcache_port=lmcache_port,
                     fingerprint=self.fingerprint(i),
+                    fault_log=self.fault_log(i),
                 )
                 self._spawn("replica", i, argv, port, f"http://{net.HOST}:{port}", "/health")
             self._wait_healthy(deadline)
@@ -228,6 +229,13 @@ class ManagedPair:
         """The ``system_fingerprint`` replica ``index`` names itself with (None: it
         cannot, the installed vLLM is too old for ``--fingerprint-mode custom``)."""
         return commands.replica_fingerprint(index) if commands.fingerprint_supported() else None
+
+    def fault_log(self, index: int) -> Path | None:
+        """Where replica ``index`` records the fault planted in its connector (None: no
+        fault, or no connector with the cache off); see :func:`.faults.read_log`."""
+        if not (self.cache_on and self.spec.fault.planted):
+            return None
+        return self.log_dir / faults.LOG_NAME.format(index=index)
 
     @property
     def model_arg(self) -> str:

@@ -30,7 +30,10 @@ Format history
 - ``schema_version`` 4: ``server_queue_s``, the server's own account of a request's wait
   between arrival and admission (the simulator's); runs of the planner (target kind
   ``plan``: virtual clock, every duration modeled) with ``replica_source`` and
-  ``hit_source`` ``planner``.
+  ``hit_source`` ``planner``. Later in version 4 (optional keys, so no new version): a
+  fault planted in managed replicas (``target.managed.fault``) is described in
+  ``target.fault`` (kind, share, seed, label), and each block it ran in carries
+  ``fault``, what it hit (loads, loads_hit, chunks, chunks_hit).
 """
 
 from __future__ import annotations
@@ -224,6 +227,7 @@ class BlockEntry(TypedDict):
     startup_s: NotRequired[float | None]
     reset: NotRequired[dict[str, Any]]
     kept: NotRequired[bool]
+    fault: NotRequired[dict[str, int]]
 
 
 class BlockFacts(TypedDict, total=False):
@@ -239,6 +243,7 @@ class BlockFacts(TypedDict, total=False):
     startup_s: float | None  # seconds its freshly started replicas took to become ready
     reset: dict[str, Any]  # caches emptied instead of a restart: how, and the cold probe
     kept: bool  # its replicas were left running for the next block (of the same arm)
+    fault: dict[str, int]  # what a planted fault hit in the block (managed: FaultTally)
 
 
 def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
@@ -263,6 +268,8 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["reset"] = facts["reset"]
     if "kept" in facts:
         entry["kept"] = facts["kept"]
+    if "fault" in facts:
+        entry["fault"] = facts["fault"]
 
 
 class Manifest(TypedDict):
@@ -358,6 +365,50 @@ class RunMeta:
     def target_label(self) -> str:
         """``SIMULATED (kind)`` for simulated targets, else the target kind."""
         return f"SIMULATED ({self.target_kind})" if self.simulated else self.target_kind
+
+    @property
+    def planted_fault(self) -> str | None:
+        """The fault planted on purpose in the run's target, or None for a healthy one.
+
+        A run with a planted fault is a correctness canary, not a measurement of the
+        stack: managed replicas record ``target.fault`` (``target.managed.fault``), the
+        simulated pair its profile's ``pool_corruption``.
+        """
+        fault = self.target.get("fault")
+        if isinstance(fault, Mapping):
+            return str(fault.get("label") or fault.get("kind") or "planted fault")
+        profile = self.target.get("profile") or self.target.get("sim") or {}
+        share = profile.get("pool_corruption") if isinstance(profile, Mapping) else None
+        if isinstance(share, int | float) and share > 0:
+            return f"pool_corruption, {share * 100:g}% of the answers the pool serves corrupted"
+        return None
+
+    @property
+    def fault_hits(self) -> dict[str, int] | None:
+        """What a fault planted in managed replicas hit, summed over the blocks (loads,
+        loads_hit, chunks, chunks_hit), or None when no block says."""
+        rows = [b["fault"] for b in self.blocks if isinstance(b.get("fault"), Mapping)]
+        if not rows:
+            return None
+        keys = ("loads", "loads_hit", "chunks", "chunks_hit")
+        return {k: sum(int(row.get(k, 0)) for row in rows) for k in keys}
+
+    def fault_line(self) -> str | None:
+        """One line naming a planted fault and what it hit (None: a healthy run)."""
+        fault = self.planted_fault
+        if fault is None:
+            return None
+        hits = self.fault_hits
+        what = (
+            f"; it hit {hits['chunks_hit']} of the {hits['chunks']} chunks in "
+            f"{hits['loads_hit']} of the {hits['loads']} loads from the pool"
+            if hits is not None
+            else ""
+        )
+        return (
+            f"PLANTED FAULT: {fault}{what}. A correctness canary, not a measurement of "
+            "the healthy stack."
+        )
 
     @property
     def sessiongen_version(self) -> str | None:

@@ -170,6 +170,9 @@ def _header(run: Run) -> list[Element]:
     ]
     if run.simulated:
         blocks.append(Paragraph("SIMULATED target: the replicas were the embedded simulator."))
+    fault = meta.fault_line()
+    if fault is not None:
+        blocks.append(Paragraph(fault, warning=True))
     if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
