@@ -371,6 +371,8 @@ def compare(
         from sessiongen.trend import store_run_noise
 
         noise = store_run_noise(Path(store), side_a[0])
+    elif store is not None:
+        click.echo("note: --store not read: several runs a side measure the noise themselves")
     result = analysis.compare_runs(
         side_a,
         side_b,

@@ -59,7 +59,8 @@ def measurement_error(run: Run) -> pl.DataFrame:
 
 
 def lag_effect(run: Run) -> pl.DataFrame:
-    """Per arm and turn: requests, lag-flagged ones, the median TTFT as measured and with
+    """Per arm and turn: requests, lag-flagged ones (``unverifiable``: those without such
+    a sibling, which no figure can be checked against), the median TTFT as measured and with
     each flagged request replaced by the same session's unflagged TTFT in the cell's other
     blocks (the same prompt and truth; kept as measured where there is none), the shift as
     a share, and ``moved`` (a stall only delays, so: the measured median above the other by
@@ -84,6 +85,7 @@ def lag_effect(run: Run) -> pl.DataFrame:
         .agg(
             n=pl.len(),
             lagged=pl.col("_flag").sum(),
+            unverifiable=(pl.col("_flag") & pl.col("_ref").is_null()).sum(),
             median_ttft_s=pl.col("ttft_s").median(),
             median_unlagged_s=counterfactual.median(),
         )

@@ -651,7 +651,38 @@ def rate_exceeds(k1: int, n1: int, k0: int, n0: int) -> float:
     """
     if n1 <= 0 or n0 <= 0 or k1 <= 0:
         return 1.0
-    table = [[k1, n1 - k1], [k0, n0 - k0]]
+    # scipy's boschloo_exact takes each *column* as one binomial sample.
+    table = [[k1, k0], [n1 - k1, n0 - k0]]
     if (n1 + 1) * (n0 + 1) > _BOSCHLOO_CELLS:
         return float(sps.fisher_exact(table, alternative="greater").pvalue)
     return float(sps.boschloo_exact(table, alternative="greater").pvalue)
+
+
+def upper_difference_bound(b: npt.ArrayLike, a: npt.ArrayLike, *, conf: float) -> float:
+    """One-sided upper ``conf`` bound of ``mean(b) - mean(a)`` (Welch's t; infinite when a
+    side has fewer than two values and the means differ)."""
+    xb, xa = _clean(b), _clean(a)
+    if xb.size == 0 or xa.size == 0:
+        return math.nan
+    diff = float(xb.mean() - xa.mean())
+    if xb.size < 2 or xa.size < 2:
+        return diff if diff <= 0 and xb.size >= 2 else (math.inf if diff != 0 else 0.0)
+    vb, va = float(xb.var(ddof=1)) / xb.size, float(xa.var(ddof=1)) / xa.size
+    if vb + va == 0:
+        return diff
+    df = welch_df([(vb, float(xb.size - 1)), (va, float(xa.size - 1))])
+    return diff + float(sps.t.ppf(conf, df)) * math.sqrt(vb + va)
+
+
+def mean_exceeds(values: npt.ArrayLike, bound: float = 0.0) -> float:
+    """One-sided p-value of "the mean of ``values`` is above ``bound``" (Student's t).
+
+    Values all alike give 0 when above the bound and 1 otherwise; fewer than two, 1.
+    """
+    x = _clean(values)
+    if x.size < 2:
+        return 1.0
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    if sd == 0:
+        return 0.0 if mean > bound else 1.0
+    return float(sps.t.sf((mean - bound) / (sd / math.sqrt(x.size)), x.size - 1))

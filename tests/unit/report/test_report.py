@@ -146,6 +146,7 @@ def test_lag_that_moved_no_figure_is_a_note_not_a_problem(tmp_path: Path) -> Non
     problems = _lagged(tmp_path, slower=1.0)
     assert "None found" in problems
     assert "Event-loop lag: 16 requests were lag-flagged" in problems  # 8 sessions x 2 arms
+    assert "No figure here rests on them" in problems
     assert "moved the median TTFT" not in problems
 
 
@@ -162,8 +163,9 @@ def test_a_pool_slower_than_recomputing_is_reported_as_its_overhead(tmp_path: Pa
     )
     text = report.write_report(write_run(tmp_path, spec)).read_text()
     headline = text[text.index("## Headline") :]
-    assert "Pool overhead: where the interval lies wholly below 1" in headline
-    assert "alternate turn 2 0.90x" in headline and "prompt tokens from the pool" in headline
+    assert "Pool overhead: these turns are surely slower" in headline
+    assert "alternate context 32768 turn 2 0.90x" in headline
+    assert "prompt tokens from the pool" in headline
     clean = report.write_report(write_run(tmp_path / "c", with_changes(spec, speedup={})))
     assert "Pool overhead" not in clean.read_text()
 
