@@ -161,7 +161,7 @@ def _header(run: Run) -> list[Element]:
             (
                 "All durations are modeled seconds: measured wall seconds divided by the time "
                 f"scale ({run.time_scale:g}). "
-                if run.simulated
+                if run.modeled
                 else "All durations are measured seconds. "
             )
             + f"{run.requests.height} requests analysed; "
@@ -169,10 +169,41 @@ def _header(run: Run) -> list[Element]:
         ),
     ]
     if run.simulated:
-        blocks.append(Paragraph("SIMULATED target: the replicas were the embedded simulator."))
+        blocks.append(Paragraph(_simulated_note(run)))
     if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
+
+
+def _simulated_note(run: Run) -> str:
+    """Which simulator the replicas were, and where the time scale came from."""
+    if run.meta.target_kind != "endpoints":
+        return "SIMULATED target: the replicas were the embedded simulator."
+    if run.modeled:
+        return (
+            "SIMULATED target: the endpoints said they are simulated replicas (their "
+            f"/version), at time scale {run.time_scale:g}, so durations are converted to "
+            "modeled seconds as for the embedded simulator."
+        )
+    return (
+        "SIMULATED target: the endpoints said they are simulated replicas (their /version) "
+        "but not their time scale, so durations are left in measured wall seconds; divide "
+        "by the time scale they were served at for modeled seconds."
+    )
+
+
+def _durations(run: Run) -> str:
+    """The method's line on the unit of every duration."""
+    if not run.modeled:
+        return "Durations: measured wall seconds, as the client timed them."
+    if run.meta.target_kind == "plan":
+        return "Durations: modeled seconds on the planner's virtual clock."
+    source = (
+        "target.sim.time_scale"
+        if run.meta.target_kind == "sim"
+        else "as the simulated replicas reported it (/version)"
+    )
+    return f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}, {source})."
 
 
 LIMITS = "Limits of this run"
@@ -256,7 +287,7 @@ def _lag_note(f: Frames) -> list[Element]:
     ]
 
 
-def _trust_problems(f: Frames) -> list[Element]:
+def _trust_problems(run: Run, f: Frames) -> list[Element]:
     """What makes every speedup of the run unreadable: said before anything else."""
     out: list[Element] = []
     cold = f.cold_check.filter(pl.col("flagged"))
@@ -293,7 +324,7 @@ def _trust_problems(f: Frames) -> list[Element]:
                 f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
                 f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
                 "and the simulator's own lateness, divided by the time scale, is that large "
-                "a part of what was measured: raise target.sim.time_scale.",
+                f"a part of what was measured: {analysis.time_scale_remedy(run)}.",
                 warning=True,
             )
         ]
@@ -304,7 +335,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
-    found = _trust_problems(f) + correct + _measurement_problems(run, f)
+    found = _trust_problems(run, f) + correct + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(
@@ -372,16 +403,17 @@ def _tokens(value: float | None) -> str:
     return "no" if value is None else f"{value:,.0f}"
 
 
-def _fidelity(f: Frames) -> list[Element]:
+def _fidelity(run: Run, f: Frames) -> list[Element]:
     """The measurement-error table of a simulated run (nothing for real targets)."""
-    if f.error.is_empty():
+    if f.error.is_empty() or not run.simulated:
         return []
     return [
         Heading("Measurement error (simulated target)"),
         Paragraph(
             "Client TTFT minus the simulator's own modeled TTFT, per arm and turn, in "
-            "modeled seconds: the client's and the simulator's lateness divided by the time "
-            f"scale. Cells above {analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
+            f"{run.seconds}: the client's and the simulator's lateness"
+            f"{' divided by the time scale' if run.modeled else ''}. Cells above "
+            f"{analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
         ),
         _show(
             f.error,
@@ -525,7 +557,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
         Heading("Method"),
         Bullets(
             (
-                f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}).",
+                _durations(run),
                 "Rows: warm-up requests excluded; requests with status other than ok counted as "
                 "errors and excluded from latency statistics.",
                 f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Intervals resample "
@@ -588,7 +620,7 @@ def build_blocks(
         *routing_section(run, boot),
         *_headline(frames, figures, boot),
         *_details(frames, figures),
-        *_fidelity(frames),
+        *_fidelity(run, frames),
         *_overhead(run),
         *_method(run, boot, frames.equivalence.logprob_tol),
         *_identity(run),
