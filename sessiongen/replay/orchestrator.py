@@ -37,6 +37,7 @@ from sessiongen.records.format import (
     CounterRecord,
     Manifest,
     RequestRecord,
+    RunMeta,
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
@@ -135,7 +136,7 @@ class _Replay:
         self.salt = os.urandom(6).hex()
         self.result = ReplayResult(self.run_dir)
         # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
-        # (runner.lag_matters), and nothing is logged mid-run to break the progress bars.
+        # (runner.lag_matters), and nothing is logged mid-run for each lag.
         self.lag = LagMonitor(threshold_s=STALL_S, warn=False)
         self.t0 = time.perf_counter_ns()
         self.generator = generator_for(
@@ -250,7 +251,7 @@ class _Replay:
                 f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
-                simulated=self.target.simulated,
+                unit=RunMeta.from_manifest(self.manifest).seconds,
             )
             scraper = asyncio.create_task(self.scrape(ctx))
             try:
@@ -262,7 +263,7 @@ class _Replay:
                     await runner.run_sessions(ctx, sessions)
             finally:
                 scraper.cancel()
-            self._progress.close()
+                self._progress.close()
             await self.snapshot_all(ctx, "after")
             errors = self._progress.errors
             entry["status"], entry["errors"] = "failed" if errors else "ok", errors
