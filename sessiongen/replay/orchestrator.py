@@ -24,7 +24,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sessiongen.calibrate import calibrate, scenario_load
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
@@ -423,6 +422,10 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     asyncio.run(target.preflight())  # a one-line error before any work or any run folder
     run = _Replay(scenario, opts, target)
     if opts.calibrate:
+        # Loaded only when asked for: calibration's tails use the analysis stack (scipy),
+        # which a replay (and each of its worker processes) need not import otherwise.
+        from sessiongen.calibrate import calibrate, scenario_load
+
         run.manifest["calibration"] = calibrate(*scenario_load(scenario))
     interrupted = False
     try:

@@ -37,6 +37,8 @@ from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
+from sessiongen.calibrate.verdict import DEFINITION, figure_lines
+from sessiongen.calibrate.verdict import verdict as calibration_verdict
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run
@@ -544,7 +546,16 @@ def _overhead(run: Run) -> list[Element]:
         ("loop_lag", "Event-loop lag"),
     ):
         value = run.manifest.get(key)
-        if value:
+        if key == "calibration" and isinstance(value, dict) and "verdict" in value:
+            # As `sessiongen calibrate` prints it: the verdict, then the figures grouped,
+            # every tail with its sample count (older manifests: their table as written).
+            out += [
+                Heading(title),
+                Paragraph(f"Verdict: {calibration_verdict(value)}."),
+                Paragraph(DEFINITION),
+                Bullets(tuple(figure_lines(value))),
+            ]
+        elif value:
             out += [
                 Heading(title),
                 _mapping_table(value if isinstance(value, dict) else {key: value}),
