@@ -58,7 +58,14 @@ from sessiongen.report.document import (
 from sessiongen.report.loadsection import is_load_run, load_section
 from sessiongen.report.routing import routing_section
 
-__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "read_cautions",
+    "report_cautions",
+    "run_cautions",
+    "summary_frame",
+    "write_report",
+]
 
 SUMMARY_COLUMNS = (
     "placement",
@@ -690,6 +697,20 @@ def report_cautions(blocks: list[Element]) -> dict[str, list[str]]:
         elif section and isinstance(block, Paragraph) and block.warning:
             out[section].append(block.text)
     return out
+
+
+def run_cautions(
+    run_dir: str | Path, *, boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> dict[str, list[str]]:
+    """A run's Problems and Limits as its report states them: read from its
+    ``report/cautions.json`` where a report was written, else computed the same way
+    (:func:`build_blocks`, nothing written). The notebook shows these."""
+    written = read_cautions(Path(run_dir) / "report")
+    if written is not None:
+        return written
+    run = load_run(run_dir).levels_apart()
+    figures = {name: Path(f"{name}.png") for name in plots.FIGURE_NAMES}  # not drawn
+    return report_cautions(build_blocks(run, Frames.compute(run, boot), figures, boot))
 
 
 def read_cautions(report_dir: Path) -> dict[str, list[str]] | None:
