@@ -29,7 +29,7 @@ from typing import Any
 
 import sessiongen
 from sessiongen.errors import MissingDependencyError, OutputError, RunFailedError
-from sessiongen.infra.files import atomic_write_bytes, ensure_dir
+from sessiongen.infra.files import atomic_write_bytes, check_writable
 from sessiongen.records import io
 from sessiongen.records.run import RUN_ENV_VAR
 from sessiongen.report.document import CSS
@@ -72,11 +72,9 @@ def run_notebook(
         ) from None
     path = Path(run_dir)
     io.read_meta(path)  # a one-line error for a folder that is not a run
-    out = Path(output) if output is not None else path / DEFAULT_OUTPUT
+    out = check_writable(Path(output) if output is not None else path / DEFAULT_OUTPUT)
     if out.suffix.lower() not in SUFFIXES:
         raise OutputError(f"{out}: expected a file ending in .html or .ipynb")
-    if out.is_dir():
-        raise OutputError(f"{out}: is a folder, expected a .html or .ipynb file")
     nb = nbformat.read(notebook_source(), as_version=4)  # type: ignore[no-untyped-call]
     client = NotebookClient(
         nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(path)}}
@@ -86,7 +84,6 @@ def run_notebook(
         client.execute(env=kernel_env(path))
     except CellExecutionError as exc:
         failed = _first_line(str(exc))
-    ensure_dir(out.parent)
     if out.suffix.lower() == ".ipynb":
         atomic_write_bytes(out, nbformat.writes(nb).encode())  # type: ignore[no-untyped-call]
     else:
