@@ -296,6 +296,28 @@ def report(run_dir: str) -> None:
 
 
 @cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="The executed notebook: OUT.html (one page) or OUT.ipynb "
+    "[default: RUN_DIR/report/analysis.html].",
+)
+def notebook(run_dir: str, output: str | None) -> None:
+    """Execute the analysis notebook on RUN_DIR and write the executed copy.
+
+    Runs notebooks/analysis.ipynb top to bottom in a fresh kernel on RUN_DIR (the
+    repository's copy is never written): the report's Problems and Limits first, the
+    headline speedups, the details, and a cell to slice your own way. Exit status 1
+    when a cell fails (the output is written, the error in it).
+    """
+    from sessiongen.report.notebook import run_notebook
+
+    click.echo(f"notebook: {run_notebook(Path(run_dir), output)}")
+
+
+@cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option(
@@ -681,13 +703,27 @@ def plan_cmd(
 
 @cli.command("calibrate")
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--concurrency", type=int, help="Streams at once (default: the scenario's).")
-@click.option("--body-kb", type=float, help="Request body size, KiB (default: the scenario's).")
+@click.option(
+    "--concurrency", type=click.IntRange(1), help="Streams at once (default: the scenario's)."
+)
+@click.option(
+    "--body-kb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Request body size, KiB (default: the scenario's).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds of steady state (a p99 needs 662 requests).",
+)
 @set_option
 def calibrate_cmd(
     scenario_file: str | None,
     concurrency: int | None,
     body_kb: float | None,
+    duration: float,
     overrides: tuple[str, ...],
 ) -> None:
     """Measure the client's own added TTFT against a reference server.
@@ -695,19 +731,28 @@ def calibrate_cmd(
     The reference server (its own process) answers after a known delay and stamps its
     own receive and send times, so added TTFT = client TTFT - server time: what the
     driver, the loopback and parsing add. Load defaults to SCENARIO_FILE's concurrency
-    and turn-1 body size (64 streams of 0.5 MiB without a scenario).
+    and turn-1 body size (64 streams of 0.5 MiB without a scenario). Prints the verdict
+    (what the client adds at p50 and at its highest honest tail, and above which TTFT
+    that is under 1% and 2%), then the figures, every tail with its sample count.
     """
     from sessiongen.calibrate.measure import calibrate, scenario_load
+    from sessiongen.calibrate.verdict import DEFINITION, figure_lines
 
     conc, body = 64, 512 * 1024
     if scenario_file:
         conc, body = scenario_load(load_scenario(scenario_file, overrides))
     conc = concurrency or conc
     body = int(body_kb * 1024) if body_kb else body
-    click.echo(f"calibrating at {conc} concurrent streams, {body / 1024:.0f} KiB bodies ...")
-    for key, value in calibrate(conc, body).items():
-        shown = f"{value:.3f}" if isinstance(value, float) else value
-        click.echo(f"{key}: {shown}")
+    click.echo(
+        f"calibrating at {conc} concurrent streams, {body / 1024:.0f} KiB bodies, "
+        f"{duration:g} s of steady state ...",
+        err=True,
+    )
+    figures = calibrate(conc, body, duration_s=duration)
+    click.echo(f"verdict: {figures['verdict']}")
+    click.echo(f"({DEFINITION})")
+    for line in figure_lines(figures):
+        click.echo(line)
 
 
 def main(argv: list[str] | None = None) -> None:

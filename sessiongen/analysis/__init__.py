@@ -55,6 +55,7 @@ from sessiongen.analysis.fidelity import (
     cold_turn_asymmetry,
     lag_effect,
     measurement_error,
+    time_scale_remedy,
     trust_warnings,
 )
 from sessiongen.analysis.frames import drop_single_context
@@ -145,5 +146,6 @@ __all__ = [
     "session_speedup",
     "session_totals",
     "speedup_table",
+    "time_scale_remedy",
     "trust_warnings",
 ]

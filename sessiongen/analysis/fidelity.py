@@ -13,7 +13,8 @@ as a share of the cell's median TTFT; a cell whose median error exceeds
 :data:`ERROR_SHARE` (2%) is flagged, because then differences between arms of that
 size could be the clock, not the cache. The remedy is a larger time scale.
 
-Real servers report no TTFT of their own (``server_ttft_s`` is null): nothing to show.
+Real servers report no TTFT of their own (``server_ttft_s`` is null), and a run whose
+target is not simulated never gets this table, whatever its records hold.
 
 - **Lag effect** (every run): a request is lag-flagged (``loop_lag_flag``) when the
   client's event loop stalled for more than 2% of its TTFT while it waited (the column's
@@ -40,8 +41,9 @@ ERROR_SHARE = 0.02
 
 def measurement_error(run: Run) -> pl.DataFrame:
     """Per arm and turn: median TTFT, the modeled median, the error's median and p90, its
-    share of the median TTFT, and ``flagged`` (share above :data:`ERROR_SHARE`)."""
-    rows = run.ok.filter(pl.col("server_ttft_s").is_not_null())
+    share of the median TTFT, and ``flagged`` (share above :data:`ERROR_SHARE`); empty
+    for a target that is not simulated."""
+    rows = run.ok.filter(pl.col("server_ttft_s").is_not_null(), pl.lit(run.simulated))
     error = pl.col("ttft_s") - pl.col("server_ttft_s")
     return (
         rows.group_by(list(CELL_KEYS))
@@ -143,6 +145,14 @@ def trust_warnings(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[str
         worst = float(errors.select(pl.col("error_share").abs().max()).item())
         out.append(
             f"warning: measurement error above {ERROR_SHARE:.0%} of the median TTFT in "
-            f"{errors.height} cells (worst {worst:.1%}); raise target.sim.time_scale"
+            f"{errors.height} cells (worst {worst:.1%}); {time_scale_remedy(run)}"
         )
     return out
+
+
+def time_scale_remedy(run: Run) -> str:
+    """How to make a simulated run's measurement error smaller: a larger time scale,
+    where the run's target sets it."""
+    if run.meta.target_kind == "sim":
+        return "raise target.sim.time_scale"
+    return "serve the simulated replicas at a larger --time-scale"

@@ -34,6 +34,9 @@ Format history
   fault planted in managed replicas (``target.managed.fault``) is described in
   ``target.fault`` (kind, share, seed, label), and each block it ran in carries
   ``fault``, what it hit (loads, loads_hit, chunks, chunks_hit).
+- Endpoints that say they are simulated (``/version``): ``target.simulated`` true,
+  ``target.time_scale`` theirs, ``target.time_scale_known`` false (and time scale 1)
+  when they did not say it; absent, the time scale is known (every older manifest).
 """
 
 from __future__ import annotations
@@ -310,6 +313,7 @@ class RunMeta:
     time_scale: float
     simulated: bool
     target_kind: str
+    time_scale_known: bool
     scenario: Mapping[str, Any]
     target: Mapping[str, Any]
     tool: Mapping[str, Any]
@@ -331,6 +335,7 @@ class RunMeta:
             time_scale=float(target.get("time_scale", 1.0)),
             simulated=bool(target.get("simulated", kind == "sim")),
             target_kind=kind,
+            time_scale_known=bool(target.get("time_scale_known", True)),
             scenario=manifest.get("scenario") or {},
             target=target,
             tool=manifest.get("tool") or {},
@@ -357,9 +362,15 @@ class RunMeta:
         return int(turns) if turns else None
 
     @property
+    def modeled(self) -> bool:
+        """Durations are modeled seconds: a simulated target whose time scale is known."""
+        return self.simulated and self.time_scale_known
+
+    @property
     def seconds(self) -> str:
-        """What durations are in: "modeled seconds" for simulated runs, else "seconds"."""
-        return "modeled seconds" if self.simulated else "seconds"
+        """What durations are in: "modeled seconds" for simulated runs (whose time scale
+        is known), else "seconds"."""
+        return "modeled seconds" if self.modeled else "seconds"
 
     @property
     def target_label(self) -> str:

@@ -27,7 +27,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sessiongen.calibrate import calibrate, scenario_load
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
@@ -41,6 +40,7 @@ from sessiongen.records.format import (
     CounterRecord,
     Manifest,
     RequestRecord,
+    RunMeta,
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
@@ -139,7 +139,7 @@ class _Replay:
         self.salt = os.urandom(6).hex()
         self.result = ReplayResult(self.run_dir)
         # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
-        # (runner.lag_matters), and nothing is logged mid-run to break the progress bars.
+        # (runner.lag_matters), and nothing is logged mid-run for each lag.
         self.lag = LagMonitor(threshold_s=STALL_S, warn=False)
         self.t0 = time.perf_counter_ns()
         self.generator = generator_for(
@@ -254,7 +254,7 @@ class _Replay:
                 f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
-                simulated=self.target.simulated,
+                unit=RunMeta.from_manifest(self.manifest).seconds,
             )
             scraper = asyncio.create_task(self.scrape(ctx))
             try:
@@ -266,7 +266,7 @@ class _Replay:
                     await runner.run_sessions(ctx, sessions)
             finally:
                 scraper.cancel()
-            self._progress.close()
+                self._progress.close()
             await self.snapshot_all(ctx, "after")
             errors = self._progress.errors
             entry["status"], entry["errors"] = "failed" if errors else "ok", errors
@@ -428,6 +428,10 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     interrupted = False
     try:
         if opts.calibrate:
+            # Loaded only when asked for: calibration's tails use the analysis stack
+            # (scipy), which a replay (and each of its worker processes) need not import.
+            from sessiongen.calibrate import calibrate, scenario_load
+
             run.manifest["calibration"] = calibrate(*scenario_load(scenario))
         signals.run(run.main())
     except KeyboardInterrupt:

@@ -39,7 +39,7 @@ def level_name(run: Run) -> str:
     arrival = (run.meta.scenario.get("load") or {}).get("arrival", "closed")
     if arrival == "closed":
         return "sessions in flight (closed loop)"
-    return f"session starts per {'modeled ' if run.simulated else ''}second ({arrival})"
+    return f"session starts per {'modeled ' if run.modeled else ''}second ({arrival})"
 
 
 def pool_gain_by_level(run: Run, table: pl.DataFrame, boot: Bootstrap) -> pl.DataFrame:
@@ -88,7 +88,7 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
     """The load section's elements (figures saved into ``out_dir``)."""
     ttft_s, attainment = _objective(run)
     table = load.load_table(run, ttft_s, attainment)
-    unit = "modeled s" if run.simulated else "s"
+    unit = "modeled s" if run.modeled else "s"
     name = level_name(run)
     out: list[Element] = [Heading("Load: does the pool pay at this load?")]
     gains = pool_gain_by_level(run, table, boot)

@@ -39,6 +39,8 @@ from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
+from sessiongen.calibrate.verdict import DEFINITION, figure_lines
+from sessiongen.calibrate.verdict import verdict as calibration_verdict
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run
@@ -58,7 +60,14 @@ from sessiongen.report.document import (
 from sessiongen.report.loadsection import is_load_run, load_section
 from sessiongen.report.routing import routing_section
 
-__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "read_cautions",
+    "report_cautions",
+    "run_cautions",
+    "summary_frame",
+    "write_report",
+]
 
 SUMMARY_COLUMNS = (
     "placement",
@@ -163,7 +172,7 @@ def _header(run: Run) -> list[Element]:
             (
                 "All durations are modeled seconds: measured wall seconds divided by the time "
                 f"scale ({run.time_scale:g}). "
-                if run.simulated
+                if run.modeled
                 else "All durations are measured seconds. "
             )
             + f"{run.requests.height} requests analysed; "
@@ -171,13 +180,44 @@ def _header(run: Run) -> list[Element]:
         ),
     ]
     if run.simulated:
-        blocks.append(Paragraph("SIMULATED target: the replicas were the embedded simulator."))
+        blocks.append(Paragraph(_simulated_note(run)))
     fault = meta.fault_line()
     if fault is not None:
         blocks.append(Paragraph(fault, warning=True))
     if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
+
+
+def _simulated_note(run: Run) -> str:
+    """Which simulator the replicas were, and where the time scale came from."""
+    if run.meta.target_kind != "endpoints":
+        return "SIMULATED target: the replicas were the embedded simulator."
+    if run.modeled:
+        return (
+            "SIMULATED target: the endpoints said they are simulated replicas (their "
+            f"/version), at time scale {run.time_scale:g}, so durations are converted to "
+            "modeled seconds as for the embedded simulator."
+        )
+    return (
+        "SIMULATED target: the endpoints said they are simulated replicas (their /version) "
+        "but not their time scale, so durations are left in measured wall seconds; divide "
+        "by the time scale they were served at for modeled seconds."
+    )
+
+
+def _durations(run: Run) -> str:
+    """The method's line on the unit of every duration."""
+    if not run.modeled:
+        return "Durations: measured wall seconds, as the client timed them."
+    if run.meta.target_kind == "plan":
+        return "Durations: modeled seconds on the planner's virtual clock."
+    source = (
+        "target.sim.time_scale"
+        if run.meta.target_kind == "sim"
+        else "as the simulated replicas reported it (/version)"
+    )
+    return f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}, {source})."
 
 
 LIMITS = "Limits of this run"
@@ -274,7 +314,7 @@ def _lag_note(f: Frames) -> list[Element]:
     return [Paragraph(text.strip())]  # no evidence a figure moved: a note, not a warning
 
 
-def _trust_problems(f: Frames) -> list[Element]:
+def _trust_problems(run: Run, f: Frames) -> list[Element]:
     """What makes every speedup of the run unreadable: said before anything else."""
     out: list[Element] = []
     cold = f.cold_check.filter(pl.col("flagged"))
@@ -311,7 +351,7 @@ def _trust_problems(f: Frames) -> list[Element]:
                 f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
                 f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
                 "and the simulator's own lateness, divided by the time scale, is that large "
-                "a part of what was measured: raise target.sim.time_scale.",
+                f"a part of what was measured: {analysis.time_scale_remedy(run)}.",
                 warning=True,
             )
         ]
@@ -322,7 +362,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
-    found = _trust_problems(f) + correct + _measurement_problems(run, f)
+    found = _trust_problems(run, f) + correct + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(
@@ -410,16 +450,17 @@ def _tokens(value: float | None) -> str:
     return "no" if value is None else f"{value:,.0f}"
 
 
-def _fidelity(f: Frames) -> list[Element]:
+def _fidelity(run: Run, f: Frames) -> list[Element]:
     """The measurement-error table of a simulated run (nothing for real targets)."""
-    if f.error.is_empty():
+    if f.error.is_empty() or not run.simulated:
         return []
     return [
         Heading("Measurement error (simulated target)"),
         Paragraph(
             "Client TTFT minus the simulator's own modeled TTFT, per arm and turn, in "
-            "modeled seconds: the client's and the simulator's lateness divided by the time "
-            f"scale. Cells above {analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
+            f"{run.seconds}: the client's and the simulator's lateness"
+            f"{' divided by the time scale' if run.modeled else ''}. Cells above "
+            f"{analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
         ),
         _show(
             f.error,
@@ -550,7 +591,16 @@ def _overhead(run: Run) -> list[Element]:
         ("loop_lag", "Event-loop lag"),
     ):
         value = run.manifest.get(key)
-        if value:
+        if key == "calibration" and isinstance(value, dict) and "verdict" in value:
+            # As `sessiongen calibrate` prints it: the verdict, then the figures grouped,
+            # every tail with its sample count (older manifests: their table as written).
+            out += [
+                Heading(title),
+                Paragraph(f"Verdict: {calibration_verdict(value)}."),
+                Paragraph(DEFINITION),
+                Bullets(tuple(figure_lines(value))),
+            ]
+        elif value:
             out += [
                 Heading(title),
                 _mapping_table(value if isinstance(value, dict) else {key: value}),
@@ -563,7 +613,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
         Heading("Method"),
         Bullets(
             (
-                f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}).",
+                _durations(run),
                 "Rows: warm-up requests excluded; requests with status other than ok counted as "
                 "errors and excluded from latency statistics.",
                 f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Intervals resample "
@@ -626,7 +676,7 @@ def build_blocks(
         *routing_section(run, boot),
         *_headline(run, frames, figures, boot),
         *_details(frames, figures),
-        *_fidelity(frames),
+        *_fidelity(run, frames),
         *_overhead(run),
         *_method(run, boot, frames.equivalence.logprob_tol),
         *_identity(run),
@@ -685,6 +735,20 @@ def report_cautions(blocks: list[Element]) -> dict[str, list[str]]:
         elif section and isinstance(block, Paragraph) and block.warning:
             out[section].append(block.text)
     return out
+
+
+def run_cautions(
+    run_dir: str | Path, *, boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> dict[str, list[str]]:
+    """A run's Problems and Limits as its report states them: read from its
+    ``report/cautions.json`` where a report was written, else computed the same way
+    (:func:`build_blocks`, nothing written). The notebook shows these."""
+    written = read_cautions(Path(run_dir) / "report")
+    if written is not None:
+        return written
+    run = load_run(run_dir).levels_apart()
+    figures = {name: Path(f"{name}.png") for name in plots.FIGURE_NAMES}  # not drawn
+    return report_cautions(build_blocks(run, Frames.compute(run, boot), figures, boot))
 
 
 def read_cautions(report_dir: Path) -> dict[str, list[str]] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import csv
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -87,6 +88,21 @@ def test_problems_come_first(faulty_report: Path, clean_report: Path) -> None:
     clean = clean_report.read_text()
     assert clean.index("None found") < clean.index("## Headline")
     assert "Client overhead (calibration)" in clean
+
+
+def test_cautions_of_a_run_without_report_are_the_reports_own(
+    faulty_report: Path, tmp_path: Path
+) -> None:
+    """What the notebook shows (report.run_cautions) for a run with no report yet is what
+    its report then writes to cautions.json; with one, it is read from there."""
+    run_dir = faulty_report.parent.parent
+    bare = tmp_path / run_dir.name
+    shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("report"))
+    written = report.read_cautions(faulty_report.parent)
+    assert written is not None and written["problems"] and written["limits"] == []
+    assert report.run_cautions(bare) == written
+    assert not (bare / "report").exists()  # computed, nothing written
+    assert report.run_cautions(run_dir) == written
 
 
 def test_html_is_self_contained(faulty_report: Path) -> None:
