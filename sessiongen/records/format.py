@@ -31,6 +31,11 @@ Format history
   between arrival and admission (the simulator's); runs of the planner (target kind
   ``plan``: virtual clock, every duration modeled) with ``replica_source`` and
   ``hit_source`` ``planner``.
+  Later (still version 4; readers need nothing new): target kinds ``endpoint-pairs``
+  (one pair per arm) and ``switched`` (one pair, its arm set by the user's command before
+  every block); blocks may carry ``kv_connector`` (what each replica said of its KV
+  connector) and ``switch``; a run merged from single-arm runs (``sessiongen merge``)
+  has ``merged_from`` and, per block, ``source_run`` and ``source_block``.
 """
 
 from __future__ import annotations
@@ -224,6 +229,10 @@ class BlockEntry(TypedDict):
     startup_s: NotRequired[float | None]
     reset: NotRequired[dict[str, Any]]
     kept: NotRequired[bool]
+    kv_connector: NotRequired[list[dict[str, Any]]]
+    switch: NotRequired[dict[str, Any]]
+    source_run: NotRequired[str]  # merged runs: the run the block came from
+    source_block: NotRequired[int]  # ... and its index there
 
 
 class BlockFacts(TypedDict, total=False):
@@ -239,6 +248,10 @@ class BlockFacts(TypedDict, total=False):
     startup_s: float | None  # seconds its freshly started replicas took to become ready
     reset: dict[str, Any]  # caches emptied instead of a restart: how, and the cold probe
     kept: bool  # its replicas were left running for the next block (of the same arm)
+    # What each replica said of its KV connector when the block opened (client.engine's
+    # KvConnector, in URL order; empty where it said nothing).
+    kv_connector: list[dict[str, Any]]
+    switch: dict[str, Any]  # the user's switch command that set the block's arm, and after
 
 
 def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
@@ -263,6 +276,10 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["reset"] = facts["reset"]
     if "kept" in facts:
         entry["kept"] = facts["kept"]
+    if "kv_connector" in facts:
+        entry["kv_connector"] = facts["kv_connector"]
+    if "switch" in facts:
+        entry["switch"] = facts["switch"]
 
 
 class Manifest(TypedDict):
@@ -288,6 +305,7 @@ class Manifest(TypedDict):
     complete: bool
     loop_lag: NotRequired[dict[str, Any]]
     calibration: NotRequired[dict[str, Any]]
+    merged_from: NotRequired[list[dict[str, Any]]]  # sessiongen merge: the runs combined
 
 
 @dataclass(frozen=True)

@@ -78,40 +78,18 @@ class EndpointsTarget:
                 f"{client_placed[0]!r} sends turns to replicas the client picks: give their "
                 "URLs (--endpoints), or keep only routed placements (gateway, router:POLICY)",
             )
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
         gateway = [self.routers.gateway] if self.routers.gateway else []
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            for url in [*self.urls, *gateway]:
-                facts: dict[str, Any] = {"url": url}
-                try:
-                    async with http.get(url + "/v1/models") as resp:
-                        if resp.status != 200:
-                            raise EndpointError(
-                                f"{url}: GET /v1/models answered HTTP {resp.status}"
-                            )
-                        models = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    raise EndpointError(
-                        f"{url}: unreachable ({type(exc).__name__}: {exc})"
-                    ) from None
-                ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
-                if self.model not in ids:
-                    raise EndpointError(
-                        f"{url}: does not serve model {self.model!r} (it serves {ids}); "
-                        "set model.name in the scenario"
-                    )
-                facts["models"] = models
-                facts["version"] = await _get_json(http, url + "/version")
-                if url not in gateway:
-                    facts["engine"] = await engine_facts(http, url)
-                facts["gateway"] = url in gateway
-                self.servers.append(facts)
+        self.servers = await probe_servers(self.urls, self.model, gateway, timeout_s)
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir  # the routers sessiongen starts log there
 
     def tokenizer_url(self) -> str | None:
         return self.urls[0] if self.urls else self.routers.gateway
+
+    def block_action(self, cache: str) -> str:
+        where = ", ".join(self.urls) or self.routers.gateway or "?"
+        return f"send to the given endpoints ({where}), stated to be cache {cache}"
 
     async def open_block(self, cache: str) -> list[str]:
         return self.urls
@@ -122,7 +100,7 @@ class EndpointsTarget:
 
     async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
-        facts: BlockFacts = {"restarted": False}
+        facts: BlockFacts = {"restarted": False, "kv_connector": said_connectors(self.servers)}
         router = await self.routers.close()
         if router is not None:
             facts["router"] = router
@@ -144,6 +122,47 @@ class EndpointsTarget:
 
     async def close(self) -> None:
         await self.routers.close()
+
+
+async def probe_servers(
+    urls: list[str], model: str, gateway: list[str], timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
+    """Each URL's facts for the manifest (models, version, engine, which is the gateway);
+    a one-line :class:`EndpointError` when one is unreachable or lacks ``model``."""
+    servers: list[dict[str, Any]] = []
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        for url in [*urls, *gateway]:
+            facts: dict[str, Any] = {"url": url}
+            try:
+                async with http.get(url + "/v1/models") as resp:
+                    if resp.status != 200:
+                        raise EndpointError(f"{url}: GET /v1/models answered HTTP {resp.status}")
+                    models = await resp.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise EndpointError(f"{url}: unreachable ({type(exc).__name__}: {exc})") from None
+            ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+            if model not in ids:
+                raise EndpointError(
+                    f"{url}: does not serve model {model!r} (it serves {ids}); "
+                    "set model.name in the scenario"
+                )
+            facts["models"] = models
+            facts["version"] = await _get_json(http, url + "/version")
+            if url not in gateway:
+                facts["engine"] = await engine_facts(http, url)
+            facts["gateway"] = url in gateway
+            servers.append(facts)
+    return servers
+
+
+def said_connectors(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each replica (not a gateway) said of its KV connector, in URL order."""
+    return [
+        dict((s.get("engine") or {}).get("kv_connector") or {})
+        for s in servers
+        if not s.get("gateway")
+    ]
 
 
 async def _get_json(http: aiohttp.ClientSession, url: str) -> Any:
