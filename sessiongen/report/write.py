@@ -309,7 +309,7 @@ def _arm_problems(run: Run) -> list[Element]:
     return [
         Paragraph(
             f"Mislabeled arm: {bad.height} of {check.height} blocks are not in the cache arm "
-            "they are labeled with, by the replicas' own counters: "
+            "they are labeled with, by what their replicas counted or said: "
             + "; ".join(bad["evidence"].to_list())
             + ". Speedups that use these blocks compare something other than the shared cache.",
             warning=True,
