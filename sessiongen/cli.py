@@ -23,7 +23,7 @@ from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import CacheFailureError, RunDirError, RunFailedError, UserError
 from sessiongen.scenario.schema import check_field
-from sessiongen.sim.cli import serve_command
+from sessiongen.sim.cli import serve_command, switch_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -508,6 +508,7 @@ def sim() -> None:
 
 
 sim.add_command(serve_command)
+sim.add_command(switch_command)
 
 
 @cli.group()

@@ -76,3 +76,14 @@ def test_a_merge_of_one_run_is_one_line_exit_2(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert stop.value.code == 2
     assert err.strip() == "sessiongen: error: merge: expected two or more run folders (one per arm)"
+
+
+def test_a_sim_switch_that_cannot_reach_the_replicas_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["sim", "switch", "--shared-cache", "on", A])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"sessiongen: error: POST {A}/sim/config: unreachable")

@@ -2,8 +2,8 @@
 
 Three designs, each against simulated replicas in child processes reached as endpoints:
 two pairs at once (``--endpoints-off``/``--endpoints-on``), one pair switched between
-blocks by a command (``--switch-command``, here tests/support/simswitch.py calling the
-simulator's admin routes), and two single-arm runs merged afterwards (``report RUN_OFF
+blocks by a command (``--switch-command``, here ``sessiongen sim switch``, which calls
+the simulator's admin routes), and two single-arm runs merged afterwards (``report RUN_OFF
 RUN_ON``). Each must give the embedded pair's per-turn speedups and whole-session gain.
 
 "Within their intervals": the simulator's model is deterministic, so a cell's interval
@@ -47,7 +47,8 @@ SMOKE = str(ROOT / "scenarios/smoke.toml")
 TIME_SCALE = 0.5
 #: Five sessions: the fewest for which the intervals cover as stated.
 SETS = ["sessions.count=5", f"target.sim.time_scale={TIME_SCALE}"]
-SWITCH = f"{sys.executable} {ROOT / 'tests/support/simswitch.py'} {{arm}}"
+#: The README's switch command for sim serve (python -m sessiongen: this checkout).
+SWITCH = f"{sys.executable} -m sessiongen sim switch --shared-cache {{arm}}"
 
 
 def sim(shared_cache: bool) -> SimHandle:
@@ -191,7 +192,7 @@ def test_a_pair_switched_by_a_command_gives_the_embedded_pairs_speedups(
     assert [s["arm"] for s in switches] == ["off", "on", "on", "off"]
     assert [s["reported_arm"] for s in switches] == ["off", "on", "on", "off"]
     assert all(s["exit_status"] == 0 and s["command"].startswith(sys.executable) for s in switches)
-    assert switches[0]["command"].endswith(f"simswitch.py off {' '.join(pair.urls)}")
+    assert switches[0]["command"].endswith(f"sim switch --shared-cache off {' '.join(pair.urls)}")
     log = (run_dir / "switch-1.log").read_text()
     assert "switched to shared cache on" in log
     assert_arms_hold(run)

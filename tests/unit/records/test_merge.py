@@ -99,3 +99,13 @@ def test_cli_merge_and_report_of_two_runs(tmp_path: Path) -> None:
     assert out.exit_code == 2
     [line] = out.output.splitlines()
     assert line.startswith("sessiongen: error: ") and "seed 1 differs from 0" in line
+
+
+def test_comparing_an_off_run_with_an_on_run_says_to_merge_them(tmp_path: Path) -> None:
+    whole, off, on = halves(tmp_path)
+    result = analysis.compare_runs(analysis.load_run(off), analysis.load_run(on))
+    [note] = [n for n in result.notes if "merge them" in n]
+    assert note.startswith("note: RUN_A holds only cache off and RUN_B only cache on; ")
+    assert note.endswith("(sessiongen report RUN_A RUN_B)")
+    same = analysis.compare_runs(analysis.load_run(whole), analysis.load_run(whole))
+    assert not [n for n in same.notes if "merge them" in n]
