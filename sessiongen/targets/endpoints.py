@@ -2,6 +2,9 @@
 
 They cannot be restarted, so each block gets its own salt and never meets a cache left
 by an earlier block or run; only the blocks of their own arm (``--cache on|off``) run.
+Both arms on one's own replicas: a pair per arm (:mod:`.pairs`), one pair switched by
+the user's command (:mod:`.switched`), or a run per arm merged afterwards
+(:mod:`sessiongen.records.merge`).
 
 A router may stand in front of them: the user's own (``--gateway URL``, placement
 ``gateway``; the replicas' URLs are then optional and serve only to find which replica
