@@ -2,7 +2,10 @@
 
 Known errors (:class:`sessiongen.errors.UserError`) print as one line with exit status 2;
 a run that finished with failed requests or cache failures (ON answers wrong where OFF
-answered the same prompt right) exits 1; anything else keeps its traceback.
+answered the same prompt right) exits 1; anything else keeps its traceback. SIGTERM and
+SIGHUP stop a command as Ctrl-C does, and a second signal only hurries the clean-up
+(:mod:`sessiongen.infra.signals`); an interrupted command exits 128 plus the signal's
+number (130, 143, 129).
 
 Each command imports the library it calls inside its function: the replay, analysis
 and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
@@ -22,6 +25,7 @@ import click
 from sessiongen import __version__
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import CacheFailureError, RunDirError, RunFailedError, UserError
+from sessiongen.infra import signals
 from sessiongen.scenario.schema import check_field
 from sessiongen.sim.cli import serve_command, switch_command
 
@@ -212,7 +216,8 @@ def replay(
     model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
     Exit status 1 when any request failed or the cache changed answers (an ON answer
-    wrong where the OFF arm answered the same prompt right), 130 when interrupted.
+    wrong where the OFF arm answered the same prompt right), 130 when interrupted
+    (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
 
     With --gateway, turns go to your router and the replica that served each is found
     from the response (--replica-header, or vLLM's system_fingerprint) or, at
@@ -249,7 +254,7 @@ def replay(
         mislabeled = _arm_check(outcome.run_dir)
     if outcome.interrupted:
         click.echo(f"interrupted: kept {outcome.requests} measured requests", err=True)
-        raise SystemExit(130)
+        raise SystemExit(signals.exit_status())
     strict = mislabeled if sc.target.strict_arms else None
     if outcome.failed:
         raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong, strict])))
@@ -315,7 +320,11 @@ def _correctness(run_dir: Path) -> str | None:
     """Print the run's correctness verdicts; the cache failures as one line, if any."""
     from sessiongen import analysis
 
-    verdicts = analysis.correctness(analysis.load_run(run_dir))
+    run = analysis.load_run(run_dir)
+    fault = run.meta.fault_line()
+    if fault:
+        click.echo(fault)
+    verdicts = analysis.correctness(run)
     line = verdicts.verdict_line()
     if line:
         click.echo(line)
@@ -402,6 +411,28 @@ def merge(run_dirs: tuple[str, ...], output: str | None) -> None:
 
 
 @cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="The executed notebook: OUT.html (one page) or OUT.ipynb "
+    "[default: RUN_DIR/report/analysis.html].",
+)
+def notebook(run_dir: str, output: str | None) -> None:
+    """Execute the analysis notebook on RUN_DIR and write the executed copy.
+
+    Runs notebooks/analysis.ipynb top to bottom in a fresh kernel on RUN_DIR (the
+    repository's copy is never written): the report's Problems and Limits first, the
+    headline speedups, the details, and a cell to slice your own way. Exit status 1
+    when a cell fails (the output is written, the error in it).
+    """
+    from sessiongen.report.notebook import run_notebook
+
+    click.echo(f"notebook: {run_notebook(Path(run_dir), output)}")
+
+
+@cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option(
@@ -477,6 +508,8 @@ def compare(
         from sessiongen.trend import store_run_noise
 
         noise = store_run_noise(Path(store), side_a[0])
+    elif store is not None:
+        click.echo("note: --store not read: several runs a side measure the noise themselves")
     result = analysis.compare_runs(
         side_a,
         side_b,
@@ -536,11 +569,12 @@ STATE_DIR_OPTION = click.option(
 def pair_up(scenario_file: str, cache: str, state_dir: str, overrides: tuple[str, ...]) -> None:
     """Start the managed pair of SCENARIO_FILE ([target.managed]) and leave it running."""
     from sessiongen.launch.state import pair_up as up
+    from sessiongen.launch.state import records
 
     sc = load_scenario(scenario_file, overrides)
     state = up(sc, Path(state_dir), cache_on=cache == "on")
-    for proc in state["processes"]:
-        click.echo(f"{proc.get('name')}: pid {proc.get('pid')} {proc.get('url') or ''}".rstrip())
+    for rec in records(state):
+        click.echo(f"{rec.name}: pid {rec.pid} {rec.url}".rstrip())
     click.echo(f"state: {Path(state_dir) / 'pair.json'}  (stop with: sessiongen pair down)")
 
 
@@ -677,7 +711,7 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     if result.check is not None:
         click.echo(result.check.table())
     if result.exit_code:
-        raise SystemExit(result.exit_code)
+        raise SystemExit(signals.exit_status() if result.interrupted else result.exit_code)
 
 
 @cli.command("fit")
@@ -785,13 +819,27 @@ def plan_cmd(
 
 @cli.command("calibrate")
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--concurrency", type=int, help="Streams at once (default: the scenario's).")
-@click.option("--body-kb", type=float, help="Request body size, KiB (default: the scenario's).")
+@click.option(
+    "--concurrency", type=click.IntRange(1), help="Streams at once (default: the scenario's)."
+)
+@click.option(
+    "--body-kb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Request body size, KiB (default: the scenario's).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds of steady state (a p99 needs 662 requests).",
+)
 @set_option
 def calibrate_cmd(
     scenario_file: str | None,
     concurrency: int | None,
     body_kb: float | None,
+    duration: float,
     overrides: tuple[str, ...],
 ) -> None:
     """Measure the client's own added TTFT against a reference server.
@@ -799,19 +847,28 @@ def calibrate_cmd(
     The reference server (its own process) answers after a known delay and stamps its
     own receive and send times, so added TTFT = client TTFT - server time: what the
     driver, the loopback and parsing add. Load defaults to SCENARIO_FILE's concurrency
-    and turn-1 body size (64 streams of 0.5 MiB without a scenario).
+    and turn-1 body size (64 streams of 0.5 MiB without a scenario). Prints the verdict
+    (what the client adds at p50 and at its highest honest tail, and above which TTFT
+    that is under 1% and 2%), then the figures, every tail with its sample count.
     """
     from sessiongen.calibrate.measure import calibrate, scenario_load
+    from sessiongen.calibrate.verdict import DEFINITION, figure_lines
 
     conc, body = 64, 512 * 1024
     if scenario_file:
         conc, body = scenario_load(load_scenario(scenario_file, overrides))
     conc = concurrency or conc
     body = int(body_kb * 1024) if body_kb else body
-    click.echo(f"calibrating at {conc} concurrent streams, {body / 1024:.0f} KiB bodies ...")
-    for key, value in calibrate(conc, body).items():
-        shown = f"{value:.3f}" if isinstance(value, float) else value
-        click.echo(f"{key}: {shown}")
+    click.echo(
+        f"calibrating at {conc} concurrent streams, {body / 1024:.0f} KiB bodies, "
+        f"{duration:g} s of steady state ...",
+        err=True,
+    )
+    figures = calibrate(conc, body, duration_s=duration)
+    click.echo(f"verdict: {figures['verdict']}")
+    click.echo(f"({DEFINITION})")
+    for line in figure_lines(figures):
+        click.echo(line)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -820,6 +877,7 @@ def main(argv: list[str] | None = None) -> None:
     Usage errors (a missing argument, a path that is a file where a folder is wanted)
     print as one line naming the option, like every other user error, exit status 2.
     """
+    signals.install()  # for the whole process: its exit hooks stop what is left
     try:
         cli.main(args=argv, prog_name="sessiongen", standalone_mode=False)
     except click.UsageError as exc:
@@ -831,4 +889,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.Abort:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(signals.exit_status())

@@ -10,12 +10,14 @@ draws new examples each run (and more of them); a failure it finds becomes an
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+import signal
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from aiohttp.test_utils import TestServer
 from hypothesis import settings
 
+from sessiongen.infra import signals
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.server import make_apps
 
@@ -24,6 +26,17 @@ SimServers = Callable[..., Awaitable[list[TestServer]]]
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("SESSIONGEN_HYPOTHESIS", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """``sessiongen.cli.main`` installs its signal handlers for the rest of the process
+    (exit hooks included); a test that calls it in-process gets pytest's back after."""
+    saved = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    signals.reset()
 
 
 @pytest.fixture

@@ -22,7 +22,12 @@ Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every dur
 in modeled seconds (measured / time scale).
 """
 
-from sessiongen.analysis.adequacy import interval_warnings
+from sessiongen.analysis.adequacy import (
+    coverage_note,
+    fewest_sessions,
+    interval_warnings,
+    p90_coverage_note,
+)
 from sessiongen.analysis.arms import arm_check, mislabeled_arms
 from sessiongen.analysis.checks import (
     cache_attribution,
@@ -52,10 +57,12 @@ from sessiongen.analysis.fidelity import (
     cold_turn_asymmetry,
     lag_effect,
     measurement_error,
+    time_scale_remedy,
     trust_warnings,
 )
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.latency import (
+    SESSION_GAIN,
     arm_turn_table,
     cold_first_turns,
     console_table,
@@ -94,6 +101,7 @@ __all__ = [
     "ERROR_SHARE",
     "EXIT_CODES",
     "LOGPROB_TOL",
+    "SESSION_GAIN",
     "STORE_COST_TOLERANCE",
     "VERDICTS",
     "Bootstrap",
@@ -116,6 +124,7 @@ __all__ = [
     "contamination_expr",
     "correctness",
     "correctness_cells",
+    "coverage_note",
     "cross_vs_same",
     "divergence_counts",
     "divergences",
@@ -123,6 +132,7 @@ __all__ = [
     "drift_verdict",
     "drop_single_context",
     "equivalence",
+    "fewest_sessions",
     "has_routed",
     "interval_warnings",
     "lag_effect",
@@ -131,6 +141,7 @@ __all__ = [
     "measurement_error",
     "mislabeled_arms",
     "needle_grades",
+    "p90_coverage_note",
     "paired_design",
     "replica_moves",
     "resolve_run_dir",
@@ -139,5 +150,6 @@ __all__ = [
     "session_speedup",
     "session_totals",
     "speedup_table",
+    "time_scale_remedy",
     "trust_warnings",
 ]

@@ -163,6 +163,8 @@ class Comparison:
         for row in self.frame.iter_rows(named=True):
             cell = f"{row['placement']}/{row['cache']}/{row['context_tokens']}/t{row['turn']}"
             a, b, ratio = (_fmt(row[c]) for c in ("median_a_s", "median_b_s", "ratio"))
+            if "failed" in (a, b):
+                ratio = "-"  # a ratio against a failed median is not a number to read
             low, high = _fmt(row["ratio_ci_low"]), _fmt(row["ratio_ci_high"])
             units = f"{row['sessions']}{'' if row['paired'] else ' unp.'}"
             failed = f"{row['failed_a']}/{row['failed_b']}"
@@ -281,24 +283,50 @@ def _matrix_of_own(sub: pl.DataFrame) -> np.ndarray[Any, np.dtype[np.float64]]:
 
 
 def _replicate_groups(cells: Sequence[_CellData]) -> list[tuple[Any, Any]]:
-    """Per cell and side with several runs: the runs' log medians and deviation variances."""
+    """Per cell and side with several runs: the runs' log medians and the sampling
+    variance of each one's deviation from their mean (robust, corrected for the session
+    count, as the latency test's). Cells where a resampled median landed on failed
+    requests are left out: their log draws jump to log(FAILED) and would swamp the rest."""
     groups = []
+    failed = math.log(stats.FAILED_FROM)
     for cell in cells:
+        factor = stats.small_sample_factor(cell.n_units) ** 2
         for point, draws in zip(cell.split(cell.point), cell.split(cell.draws), strict=True):
-            if point.size < 2:
+            if point.size < 2 or np.nanmax(draws) >= failed:
                 continue
             deviation = draws - np.nanmean(draws, axis=1, keepdims=True)
-            groups.append((point, np.nanvar(deviation, axis=0)))
+            variance = [stats.robust_sd(deviation[:, r]) ** 2 * factor for r in range(point.size)]
+            groups.append((point, np.asarray(variance)))
     return groups
 
 
-def resolve_run_noise(cells: Sequence[_CellData], given: RunNoise | None) -> RunNoise:
-    """The run-to-run noise to use (module docstring: given, replicates, store, default)."""
+#: The replicate estimate is taken at this upper confidence bound (as the trend's night
+#: noise is): with a handful of runs a side it is often too small, and a noise taken too
+#: small turns run-to-run wobbles into verdicts.
+REPLICATE_UPPER = 0.6
+
+
+def resolve_run_noise(
+    cells: Sequence[_CellData], given: RunNoise | None, runs: tuple[int, int]
+) -> RunNoise:
+    """The run-to-run noise to use (module docstring: given, replicates, store, default).
+
+    From replicates the variance is pooled over cells, but its degrees of freedom are
+    those of the runs, ``sum (k - 1)`` over the sides: a run's noise is largely common to
+    all its cells (the host was slow that day), so the cells are not independent
+    evidence of it. The estimate is then taken at its :data:`REPLICATE_UPPER` bound.
+    """
     if given is not None:
         return given
-    tau, df = stats.replicate_noise(_replicate_groups(cells))
-    if df > 0 and math.isfinite(tau):
-        return RunNoise(tau, "estimated from the spread between the runs of a side", float(df))
+    tau, cell_df = stats.replicate_noise(_replicate_groups(cells))
+    df = sum(k - 1 for k in runs)
+    if cell_df > 0 and df > 0 and math.isfinite(tau):
+        upper = tau * math.sqrt(df / float(sps.chi2.ppf(1.0 - REPLICATE_UPPER, df)))
+        source = (
+            f"estimated from the spread between the runs of a side, at its "
+            f"{REPLICATE_UPPER:.0%} upper bound (point {tau:.1%})"
+        )
+        return RunNoise(upper, source, float(df))
     return DEFAULT_RUN_NOISE
 
 
@@ -341,10 +369,11 @@ def _failure_test(cell: _CellData, margin: float, alpha: float) -> _FailureTest:
         p = stats.sign_test_greater(diff)
         bound = stats.upper_mean_bound(diff, conf=1 - alpha)
         return _FailureTest(p, bool(np.nanmax(diff) <= 0 or bound <= margin))
-    shares = [_own_failure_shares(cell.subs_a), _own_failure_shares(cell.subs_b)]
-    p = stats.mann_whitney(shares[0], shares[1], alternative="b-greater").p_value
-    upper = stats.upper_mean_bound(shares[1], conf=1 - alpha) - float(np.mean(shares[0]))
-    return _FailureTest(1.0 if math.isnan(p) else p, bool(failed_b <= failed_a or upper <= margin))
+    shares_a, shares_b = _own_failure_shares(cell.subs_a), _own_failure_shares(cell.subs_b)
+    p = stats.mann_whitney(shares_a, shares_b, alternative="b-greater").p_value
+    no_worse = bool(np.mean(shares_b) <= np.mean(shares_a))
+    upper = stats.upper_difference_bound(shares_b, shares_a, conf=1 - alpha)
+    return _FailureTest(1.0 if math.isnan(p) else p, no_worse or upper <= margin)
 
 
 def _own_failure_shares(subs: Sequence[pl.DataFrame]) -> Any:
@@ -381,10 +410,34 @@ def _decide(
     return ("no change", "") if equivalent else ("inconclusive", "")
 
 
+def run_failure_p(cells: Sequence[_CellData]) -> float:
+    """One-sided p of "B fails more" over the whole run, sessions as units.
+
+    Per session, the share of its requests that failed in all the cells (B minus A, over
+    the sessions both sides hold): a one-sided Student t test on those differences
+    (:func:`~.stats.mean_exceeds`). A per-cell sign test cannot fire at the shipped
+    session counts once Holm-corrected (its smallest p is 2^-n: 0.004 at 8 sessions,
+    against 0.05 / 25), nor could a run-wide one; the t test on a run-wide share can,
+    and it is one more member of the family.
+    """
+    if not cells:
+        return 1.0
+    sides = [
+        pl.concat([s.select("session_index", "_failed") for c in cells for s in c.subs_a]),
+        pl.concat([s.select("session_index", "_failed") for c in cells for s in c.subs_b]),
+    ]
+    if any(side["session_index"].null_count() for side in sides):
+        return 1.0
+    shares = [side.group_by("session_index").agg(pl.col("_failed").mean()) for side in sides]
+    both = shares[0].join(shares[1], on="session_index", suffix="_b")
+    return stats.mean_exceeds((both["_failed_b"] - both["_failed"]).to_numpy())
+
+
 def _cell_rows(
     cells: Sequence[_CellData], noise: RunNoise, threshold: float, alpha: float, margin: float
 ) -> list[dict[str, Any]]:
-    """One decided row per cell held by both sides; Holm over the cells that can decide."""
+    """One decided row per cell held by both sides; Holm over the cells that can decide,
+    with the run-wide failure test as one more member of the "slower" family."""
     tests = [_latency_test(c, noise) for c in cells]
     fails = [_failure_test(c, margin, alpha) for c in cells]
     able = np.array([c.n_units >= MIN_SESSIONS for c in cells])
@@ -392,7 +445,9 @@ def _cell_rows(
         [[t.p_above(1 + threshold), f.p_worse] for t, f in zip(tests, fails, strict=True)]
     ).reshape(-1, 2)
     faster = np.array([t.p_below(1 - threshold) for t in tests])
-    slower_adj = stats.holm(np.where(able[:, None], slower, np.nan).ravel()).reshape(-1, 2)
+    family = np.append(np.where(able[:, None], slower, np.nan).ravel(), run_failure_p(cells))
+    adjusted = stats.holm(family)
+    slower_adj, run_fails = adjusted[:-1].reshape(-1, 2), bool(adjusted[-1] < alpha)
     faster_adj = stats.holm(np.where(able, faster, np.nan))
     conf = 1 - 2 * alpha
     rows = []
@@ -400,6 +455,8 @@ def _cell_rows(
         p_slow = float(np.nanmin(slower_adj[i])) if able[i] else math.nan
         if able[i]:
             decision, why = _decide(test, fail, p_slow, float(faster_adj[i]), threshold, alpha)
+            if run_fails and decision != "slower" and _fails_more(cell):
+                decision, why = "slower", "fails more (over the whole run)"
         else:
             decision, why = "inconclusive", f"fewer than {MIN_SESSIONS} sessions"
         low, high = test.interval(conf)
@@ -417,6 +474,16 @@ def _cell_rows(
             }
         )
     return rows
+
+
+def _fails_more(cell: _CellData) -> bool:
+    """B's share of failed requests in the cell is above A's."""
+
+    def share(subs: Sequence[pl.DataFrame]) -> float:
+        total = sum(s.height for s in subs)
+        return sum(float(s["_failed"].sum()) for s in subs) / total if total else 0.0
+
+    return share(cell.subs_b) > share(cell.subs_a)
 
 
 def _sizes(cell: _CellData) -> dict[str, Any]:
@@ -517,7 +584,7 @@ def compare_runs(
             rows.append(_missing_row(named, subs[:k], subs[k:]))
             continue
         cells.append(_resampled(named, tuple(subs[:k]), tuple(subs[k:]), boot))  # type: ignore[arg-type]
-    noise = resolve_run_noise(cells, run_noise)
+    noise = resolve_run_noise(cells, run_noise, (len(side_a), len(side_b)))
     rows += _cell_rows(cells, noise, threshold, alpha, failure_margin)
     frame = frame_from_rows(rows, CELL_KEYS, side_a[0].requests, COMPARE_VALUES)
     frame = frame.sort(list(CELL_KEYS))

@@ -23,8 +23,9 @@ its prompt:
   pool-served divergence counts as a cache failure: in the report, the trend and the
   exit status of ``replay``. Pool-served divergences within the noise are reported,
   with the test, as **within noise**. With a clean baseline, how many pool-served
-  divergences it takes depends on the counts: 2 of 50 against 0 of 130 (p 0.049), 3 of
-  50 against 1 of 130 (p 0.038); bench/correctness_power.py states the detection power at the
+  divergences it takes depends on the counts: 3 of 50 against 0 of 130 (p 0.014), 3 of
+  50 against 1 of 130 (p 0.048), while 2 of 50 against 0 of 130 is p 0.057;
+  bench/correctness_power.py states the detection power at the
   shipped session counts.
 - **OFF inconsistent**: the OFF answers to the prompt disagree among themselves (or miss
   the needle). Counted per prompt; the ON requests on it are not judged.

@@ -13,7 +13,8 @@ as a share of the cell's median TTFT; a cell whose median error exceeds
 :data:`ERROR_SHARE` (2%) is flagged, because then differences between arms of that
 size could be the clock, not the cache. The remedy is a larger time scale.
 
-Real servers report no TTFT of their own (``server_ttft_s`` is null): nothing to show.
+Real servers report no TTFT of their own (``server_ttft_s`` is null), and a run whose
+target is not simulated never gets this table, whatever its records hold.
 
 - **Lag effect** (every run): a request is lag-flagged (``loop_lag_flag``) when the
   client's event loop stalled for more than 2% of its TTFT while it waited (the column's
@@ -40,8 +41,9 @@ ERROR_SHARE = 0.02
 
 def measurement_error(run: Run) -> pl.DataFrame:
     """Per arm and turn: median TTFT, the modeled median, the error's median and p90, its
-    share of the median TTFT, and ``flagged`` (share above :data:`ERROR_SHARE`)."""
-    rows = run.ok.filter(pl.col("server_ttft_s").is_not_null())
+    share of the median TTFT, and ``flagged`` (share above :data:`ERROR_SHARE`); empty
+    for a target that is not simulated."""
+    rows = run.ok.filter(pl.col("server_ttft_s").is_not_null(), pl.lit(run.simulated))
     error = pl.col("ttft_s") - pl.col("server_ttft_s")
     return (
         rows.group_by(list(CELL_KEYS))
@@ -59,7 +61,8 @@ def measurement_error(run: Run) -> pl.DataFrame:
 
 
 def lag_effect(run: Run) -> pl.DataFrame:
-    """Per arm and turn: requests, lag-flagged ones, the median TTFT as measured and with
+    """Per arm and turn: requests, lag-flagged ones (``unverifiable``: those without such
+    a sibling, which no figure can be checked against), the median TTFT as measured and with
     each flagged request replaced by the same session's unflagged TTFT in the cell's other
     blocks (the same prompt and truth; kept as measured where there is none), the shift as
     a share, and ``moved`` (a stall only delays, so: the measured median above the other by
@@ -84,6 +87,7 @@ def lag_effect(run: Run) -> pl.DataFrame:
         .agg(
             n=pl.len(),
             lagged=pl.col("_flag").sum(),
+            unverifiable=(pl.col("_flag") & pl.col("_ref").is_null()).sum(),
             median_ttft_s=pl.col("ttft_s").median(),
             median_unlagged_s=counterfactual.median(),
         )
@@ -141,6 +145,14 @@ def trust_warnings(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[str
         worst = float(errors.select(pl.col("error_share").abs().max()).item())
         out.append(
             f"warning: measurement error above {ERROR_SHARE:.0%} of the median TTFT in "
-            f"{errors.height} cells (worst {worst:.1%}); raise target.sim.time_scale"
+            f"{errors.height} cells (worst {worst:.1%}); {time_scale_remedy(run)}"
         )
     return out
+
+
+def time_scale_remedy(run: Run) -> str:
+    """How to make a simulated run's measurement error smaller: a larger time scale,
+    where the run's target sets it."""
+    if run.meta.target_kind == "sim":
+        return "raise target.sim.time_scale"
+    return "serve the simulated replicas at a larger --time-scale"

@@ -27,6 +27,10 @@ Definitions (the README links here)
   resampling them as if they were gave intervals that missed the variation between
   sessions (and, in the trend, made nights look more precise than they are). Rows
   without a session fall back to resampling requests. ``sessions`` counts the units.
+- **Session gain** (:data:`SESSION_GAIN`, :func:`session_speedup`): the pool's gain in
+  what the user waits for, the whole session. One definition for every figure of that
+  name: the report's whole-session table, the load section, routing's headline and the
+  planner's what-if table (:mod:`sessiongen.capacity.plan` calls the same function).
 - **Block drift**: see :mod:`sessiongen.analysis.drift`.
 - **Contamination, attribution, correctness**: see :mod:`sessiongen.analysis.checks`.
 """
@@ -224,9 +228,16 @@ def cold_first_turns(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.Dat
     return table.join(cached, on=[*ARM_KEYS, "context_tokens"], how="left", nulls_equal=True)
 
 
-def session_totals(run: Run) -> pl.DataFrame:
+#: What "session gain" means, wherever a figure of that name is shown (written once).
+SESSION_GAIN = (
+    "median over complete sessions of the whole-session end-to-end time (the sum of its "
+    "turns' e2e: what the user waits for), OFF / ON"
+)
+
+
+def session_totals(run: Run, *, extra_keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per session and block: turns done, whether all turns succeeded, total TTFT and time."""
-    keys = [*ARM_KEYS, "context_tokens", "block", "session_index", "session_id"]
+    keys = [*ARM_KEYS, "context_tokens", *extra_keys, "block", "session_index", "session_id"]
     return (
         run.requests.group_by(keys)
         .agg(
@@ -240,12 +251,22 @@ def session_totals(run: Run) -> pl.DataFrame:
     )
 
 
-def session_speedup(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
-    """Per placement and context: median total session time OFF vs ON (complete sessions)."""
-    totals = session_totals(run).filter(pl.col("complete"))
-    keys = ["placement", "context_tokens"]
-    rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", "total_e2e_s")
-    return frame_from_rows(rows, ["placement", "context_tokens"], totals, SPEEDUP_VALUES)
+def session_speedup(
+    run: Run,
+    *,
+    extra_keys: Sequence[str] = (),
+    column: str = "total_e2e_s",
+    boot: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> pl.DataFrame:
+    """Per placement, context (and ``extra_keys``): the session gain (:data:`SESSION_GAIN`).
+
+    ``column`` names another total of :func:`session_totals` to take the same ratio of
+    (``total_ttft_s``: the planner's TTFT-sum gain); the default is the session gain.
+    """
+    totals = session_totals(run, extra_keys=extra_keys).filter(pl.col("complete"))
+    keys = ["placement", "context_tokens", *extra_keys]
+    rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", column)
+    return frame_from_rows(rows, keys, totals, SPEEDUP_VALUES)
 
 
 def _fmt_cell(value: float | None, fmt: str) -> str:

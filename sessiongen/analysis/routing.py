@@ -17,8 +17,8 @@ Definitions
   interval of :func:`~sessiongen.analysis.latency.speedup_table`: the typical later
   turn. ``turn_gain_min`` and ``turn_gain_max`` give the range of the single turns'
   speedups, ``best_turn`` the turn of the largest (where the pool mattered most).
-- **Session gain**: :func:`~sessiongen.analysis.latency.session_speedup` (total time of
-  complete sessions, off / on).
+- **Session gain**: :data:`~sessiongen.analysis.latency.SESSION_GAIN`, computed by
+  :func:`~sessiongen.analysis.latency.session_speedup`.
 - **The pool's gain survives** the placement when the session gain's interval lies
   above ``1 + MIN_GAIN`` (``survives`` true); false otherwise; null when there is no
   interval (an arm missing). See :data:`MIN_GAIN` for why not simply above 1.

@@ -79,7 +79,7 @@ class NoiseBaseline:
         return self.pool_diverged > 0 and self.p_value < self.alpha
 
     def text(self) -> str:
-        """``2 of 50 pool-served vs 0 of 130 without the pool (exact test p = 0.049)``."""
+        """``3 of 50 pool-served vs 0 of 130 without the pool (exact test p = 0.014)``."""
         return (
             f"{self.pool_diverged} of {self.pool_compared} pool-served answers differ from "
             f"OFF, against {self.base_diverged} of {self.base_compared} where the pool had "

@@ -30,6 +30,13 @@ and the per-chunk cost looks several times smaller than it is).
 The machine may be shared: a lag monitor with 1 ms ticks tells stalls spent waiting
 for a CPU (neighbours) from the client's own, and the p99 is also given without the
 requests the former reached into. Both are reported; neither is hidden.
+
+Tails are told as everywhere else (:mod:`sessiongen.analysis.tails`): the p90 and p99
+are MLPerf LoadGen's early-stopping estimates, conservative values the true percentile
+lies below with 99% confidence, and None where the sample is too small for one (64
+requests for a p90, 662 for a p99); each comes with its sample count
+(``requests``, ``requests_own``, ``burst_requests``). :mod:`.verdict` turns the figures
+into the answer: what the client adds, and above which TTFT that is under 1% and 2%.
 """
 
 from __future__ import annotations
@@ -40,12 +47,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from sessiongen.analysis.tails import tail
 from sessiongen.calibrate.refserver import (
     CHUNKS_HEADER,
     DELAY_HEADER,
     INTERVAL_HEADER,
     ReferenceServer,
 )
+from sessiongen.calibrate.verdict import verdict
 from sessiongen.client import http1
 from sessiongen.client.driver import CHAT_PATH, Client, Result, serialize
 from sessiongen.client.lagmon import STALL_S, LagMonitor
@@ -81,6 +90,12 @@ def request_body(body_bytes: int) -> bytes:
     return serialize(
         {"model": "ref", "messages": [{"role": "user", "content": filler}], "stream": True}
     )
+
+
+def tail_ms(values: Sequence[float], p: float) -> float | None:
+    """The early-stopping estimate of the ``p``-quantile of independent ``values``
+    (:func:`sessiongen.analysis.tails.tail`), None where they are too few for one."""
+    return tail(values, p).bound
 
 
 class _DelayedConn(http1.Conn):
@@ -142,14 +157,18 @@ def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, Any]:
         "requests": len(added),
         "failed": failed,
         "added_ttft_p50_ms": percentile(added, 50),
-        "added_ttft_p99_ms": percentile(added, 99),
+        "added_ttft_p90_ms": tail_ms(added, 0.90),
+        "added_ttft_p99_ms": tail_ms(added, 0.99),
         "added_ttft_max_ms": added[-1] if added else math.nan,
-        "added_ttft_p99_own_ms": percentile(clean, 99),
+        "added_ttft_p99_own_ms": tail_ms(clean, 0.99),
+        "added_ttft_max_own_ms": clean[-1] if clean else math.nan,
         "requests_own": len(clean),
         "upstream_p50_ms": percentile(up, 50),
-        "upstream_p99_ms": percentile(up, 99),
+        "upstream_p99_ms": tail_ms(up, 0.99),
+        "upstream_max_ms": up[-1] if up else math.nan,
         "downstream_p50_ms": percentile(down, 50),
-        "downstream_p99_ms": percentile(down, 99),
+        "downstream_p99_ms": tail_ms(down, 0.99),
+        "downstream_max_ms": down[-1] if down else math.nan,
         "lag_flagged": flagged,
         "lag_max_ms": lag.max_ns / 1e6,
         "lag_stalls": len(lag.events),
@@ -309,10 +328,13 @@ async def calibrate_at(
         "server_delay_ms": delay_s * 1e3,
         "steady_chunks": chunks,
         "steady_chunk_interval_ms": interval_s * 1e3,
+        "steady_duration_s": duration_s,
+        "burst_rounds": burst_rounds,
     }
     out.update({k: v for k, v in steady.items() if k != "body_bytes"})
     out.update({f"burst_{k}": v for k, v in burst.items() if k != "body_bytes"})
     out.update({f"stream_{k}": v for k, v in rate.items()})
+    out["verdict"] = verdict(out)
     return out
 
 
@@ -323,9 +345,13 @@ def calibrate(concurrency: int, body_bytes: int, **kwargs: Any) -> dict[str, Any
     measurements (keyword arguments as for :func:`calibrate_at`; about 10 s with the
     defaults) and returns a flat dict, one scalar per key (milliseconds unless named):
 
-    - ``added_ttft_p50_ms``, ``_p99_ms``, ``_max_ms``: steady state, the headline;
-    - ``added_ttft_p99_own_ms``: p99 over requests that no stall spent waiting for a
-      CPU reached into: the client's own tail, without its neighbours';
+    - ``verdict``: the answer in one sentence (:func:`.verdict.verdict`);
+    - ``added_ttft_p50_ms``, ``_p90_ms``, ``_p99_ms``, ``_max_ms``: steady state, the
+      headline, over ``requests`` requests; the p90 and p99 are early-stopping
+      estimates, None below 64 and 662 requests (module docstring);
+    - ``added_ttft_p99_own_ms``: p99 over the ``requests_own`` requests that no stall
+      spent waiting for a CPU reached into: the client's own tail, without its
+      neighbours';
     - ``upstream_*``, ``downstream_*``: where the added time goes (see the module);
     - ``lag_max_ms``, ``lag_stalls`` (over 1 ms), ``lag_preempted`` (of those, spent
       mostly waiting for a CPU), ``lag_flagged`` (requests lag-flagged: stalls over 2%

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from sessiongen.infra import procs
+from sessiongen.infra import procs, signals
 
 DELAY_HEADER = "X-Ref-Delay-S"
 CHUNKS_HEADER = "X-Ref-Chunks"
@@ -268,18 +268,22 @@ class ReferenceServer:
 
     def __enter__(self) -> ReferenceServer:
         code = "from sessiongen.calibrate.refserver import serve_main; serve_main()"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], 60)
-        line = self._proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("PORT "):
+        with signals.deferred():  # started and held in one step
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
+        try:
+            assert self._proc.stdout is not None
+            ready, _, _ = select.select([self._proc.stdout], [], [], 60)
+            line = self._proc.stdout.readline().decode() if ready else ""
+            if not line.startswith("PORT "):
+                raise RuntimeError(f"reference server did not start: {line!r}")
+        except BaseException:  # __exit__ is not called when __enter__ fails
             self.__exit__()
-            raise RuntimeError(f"reference server did not start: {line!r}")
+            raise
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
         return self
 

@@ -216,11 +216,11 @@ def _unseparated(x: Array, names: Sequence[str], rank: int, vt: Array) -> dict[s
     why: dict[str, str] = {}
     norms = np.linalg.norm(x, axis=0)
     for j in np.flatnonzero(norms == 0):
-        why[names[j]] = "no request measures it"
+        why[names[int(j)]] = "no request measures it"
     null = vt[rank:]
     loads = np.abs(null) > NULL_LOADING
     for i in range(null.shape[0]):
-        members = [names[j] for j in np.flatnonzero(loads[i]) if norms[j] > 0]
+        members = [names[int(j)] for j in np.flatnonzero(loads[i]) if norms[j] > 0]
         for name in members:
             others = [m for m in members if m != name]
             if others:

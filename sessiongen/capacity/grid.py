@@ -14,13 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sessiongen.analysis.latency import SESSION_GAIN
 from sessiongen.errors import UserError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.scenario.spec import load as load_scenario
 
 #: What each what-if column means (one row per configuration, placement, context, level).
 WHATIF_COLUMNS = {
-    "session_gain": "median over sessions of the whole-session TTFT sum, OFF / ON",
+    "session_gain": SESSION_GAIN,
+    "ttft_sum_gain": "the same ratio of the whole-session TTFT sum (prefill and queueing "
+    "only, the part the pool shortens; no decode)",
     "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
     "ttft_p50_off_s": "median TTFT over every turn, pool off",
     "ttft_p50_on_s": "median TTFT over every turn, pool on",

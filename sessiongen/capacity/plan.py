@@ -13,6 +13,9 @@ The plan folder ``runs/plan-<scenario>-<time>/`` holds ``configs/NN-<label>/`` (
 runs), ``turns.parquet`` (per configuration, arm and turn: TTFT and the pool's gain)
 and ``whatif.parquet`` (per configuration and placement: the headline figures, defined
 in :data:`~sessiongen.capacity.grid.WHATIF_COLUMNS`), and ``report/`` (the what-if table and plots).
+The session gain is replay's, computed by the same function
+(:func:`sessiongen.analysis.latency.session_speedup` on the modeled end-to-end times),
+so a plan and a replay of one scenario name and mean the same figure.
 
 Every figure is the model's, for one seeded arrival sequence: nothing here is measured.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from sessiongen.analysis.latency import session_speedup
 from sessiongen.capacity.grid import Config, Vary, configs
 from sessiongen.capacity.virtual import Tokens, virtual_replay
 from sessiongen.infra.files import ensure_dir, output_error
@@ -108,6 +112,17 @@ def turn_table(run: Run) -> pl.DataFrame:
     ).sort([*ARM, "turn"])
 
 
+def _session_gain(run: Run, column: str, name: str) -> pl.DataFrame:
+    """Per arm: the replay's session gain (or its TTFT-sum twin), the same function."""
+    gains = session_speedup(run, extra_keys=("load_level",), column=column)
+    return gains.select(
+        "placement",
+        "context_tokens",
+        pl.col("load_level").fill_null(1.0),
+        pl.col("speedup").alias(name),
+    )
+
+
 def whatif_rows(run: Run) -> pl.DataFrame:
     """Per arm: the headline figures (:data:`~sessiongen.capacity.grid.WHATIF_COLUMNS`)."""
     ok = _measured(run)
@@ -123,11 +138,8 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         pl.col("server_queue_s").quantile(0.9, "nearest").alias("queue_p90_s"),
         pl.len().alias("requests"),
     )
-    sessions = (
-        ok.group_by([*ARM, "cache", "block", "session_id"])
-        .agg(pl.col("ttft_s").sum().alias("total"))
-        .group_by([*ARM, "cache"])
-        .agg(pl.col("total").median())
+    sessions = _session_gain(run, "total_e2e_s", "session_gain").join(
+        _session_gain(run, "total_ttft_s", "ttft_sum_gain"), on=ARM, how="full", coalesce=True
     )
     turns = turn_table(run)
     later = (
@@ -135,16 +147,16 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         .group_by(ARM)
         .agg(pl.col("pool_gain").median().alias("later_turn_gain"))
     )
-    arms = per_arm.join(sessions, on=[*ARM, "cache"], how="left")
 
     def side(cache: str) -> pl.DataFrame:
-        return arms.filter(pl.col("cache") == cache).drop("cache")
+        return per_arm.filter(pl.col("cache") == cache).drop("cache")
 
     wide = side("off").join(side("on"), on=ARM, how="full", coalesce=True, suffix="_on")
-    wide = wide.join(later, on=ARM, how="left")
+    wide = wide.join(sessions, on=ARM, how="left").join(later, on=ARM, how="left")
     return wide.select(
         *ARM,
-        (pl.col("total") / pl.col("total_on")).alias("session_gain"),
+        "session_gain",
+        "ttft_sum_gain",
         "later_turn_gain",
         pl.col("ttft_p50_s").alias("ttft_p50_off_s"),
         pl.col("ttft_p50_s_on").alias("ttft_p50_on_s"),

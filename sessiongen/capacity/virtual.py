@@ -620,7 +620,7 @@ def virtual_replay(
             f"[{block.block + 1}] {block.placement} cache={block.cache} (virtual)",
             enabled=progress,
             time_scale=1.0,
-            simulated=True,
+            unit="modeled seconds",
         )
 
         def emit(record: RequestRecord, bar: BlockProgress = bar) -> None:

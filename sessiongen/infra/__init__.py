@@ -5,6 +5,8 @@
 - :mod:`.tomlfile`: TOML files read with one-line errors naming the file;
 - :mod:`.procs`: process groups: start in a new session, liveness from ``/proc``, stop
   with SIGTERM then SIGKILL, no orphans;
+- :mod:`.signals`: SIGTERM and SIGHUP stop as Ctrl-C does; a second signal hurries the
+  clean-up, never cuts it short; ``asyncio.run`` whose signals cancel at an ``await``;
 - :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them.
 
 Nothing here imports any other part of sessiongen but :mod:`sessiongen.errors`.

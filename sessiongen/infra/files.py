@@ -74,6 +74,22 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
+def check_writable(path: Path) -> Path:
+    """Fail now, with the one-line :class:`OutputError` a write would give, when ``path``
+    cannot be written (its folder is created): for outputs that come after long work."""
+    path = Path(path)
+    ensure_dir(path.parent)
+    if path.is_dir():
+        raise OutputError(f"{path}: cannot write: is a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return path
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Create ``path`` atomically with ``write(fh)`` filling a temp file opened for bytes."""
     path = Path(path)

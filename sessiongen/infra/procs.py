@@ -3,7 +3,8 @@
 Every server runs in its own session (so its own process group): vLLM forks an engine
 core and workers, vllm-router re-executes itself, and one ``killpg`` reaches all of
 them, while a Ctrl-C in the terminal reaches only sessiongen, which then stops the
-groups in order: SIGTERM to all at once, SIGKILL to what is left after a grace period.
+groups in order: SIGTERM to all at once, SIGKILL to what is left after a grace period
+(at once when a second signal asks to hurry, see :mod:`.signals`).
 
 Linux only, like vLLM: liveness comes from ``/proc``, because a group whose leader died
 can keep orphaned members, and zombies must not count as alive.
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
+
+from sessiongen.infra import signals
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -131,8 +134,9 @@ def stop_groups(
     """Stop ``groups``: SIGTERM to all, SIGKILL after ``grace_s``; no orphans left.
 
     All groups are signalled at once so their shutdowns overlap. ``children`` (by pid)
-    are the leaders this process started, which it must reap itself. A Ctrl-C while
-    waiting skips the grace period, kills everything, and is re-raised. Returns a
+    are the leaders this process started, which it must reap itself. A second signal
+    (:func:`.signals.hurried`) ends the grace period; a Ctrl-C that reaches the wait
+    (no :func:`.signals.handling`) kills everything and is re-raised. Returns a
     one-word outcome per group name: ``stopped``, ``killed``, ``gone`` (nothing was
     running), ``not ours`` (pid reused) or ``left`` (survived SIGKILL).
     """
@@ -149,7 +153,7 @@ def stop_groups(
             signal_group(group.pgid, signal.SIGTERM)
             pending.append(group)
     try:
-        pending = _wait_groups(pending, grace_s, children)
+        pending = _wait_groups(pending, grace_s, children, hurry=True)
     except BaseException:
         for group in pending:
             signal_group(group.pgid, signal.SIGKILL)
@@ -197,15 +201,18 @@ def _wait_groups(
     groups: Iterable[Group],
     timeout_s: float,
     children: Mapping[int, subprocess.Popen[bytes]],
+    *,
+    hurry: bool = False,
 ) -> list[Group]:
-    """Wait until the groups are empty or ``timeout_s`` passes; return those still alive."""
+    """Wait until the groups are empty or ``timeout_s`` passes (or, with ``hurry``, a
+    second signal asks to hurry); return those still alive."""
     pending = list(groups)
     deadline = time.monotonic() + timeout_s
     while pending:
         for group in pending:
             _reap(children.get(group.pid))
         pending = [group for group in pending if group_members(group.pgid)]
-        if not pending or time.monotonic() >= deadline:
+        if not pending or time.monotonic() >= deadline or (hurry and signals.hurried()):
             break
         time.sleep(0.05)
     return pending

@@ -20,10 +20,12 @@ import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sessiongen.errors import MissingDependencyError, ScenarioError
+from sessiongen.launch import faults
 from sessiongen.launch.tinymodel import BUILTIN_TINY, SERVE_DTYPE, build_tiny_model
-from sessiongen.scenario.spec import ManagedSpec
+from sessiongen.scenario.spec import ManagedFault, ManagedSpec
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LMCACHE_MODULE = "lmcache.cli.main"
@@ -166,16 +168,26 @@ def lmcache_argv(python: str, spec: ManagedSpec, host: str, port: int, http_port
     ]
 
 
-def kv_transfer_config(host: str, lmcache_port: int) -> str:
-    """The ``--kv-transfer-config`` JSON that connects a replica to the LMCache server."""
-    config = {
-        "kv_connector": KV_CONNECTOR,
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {
-            "lmcache.mp.host": f"tcp://{host}",
-            "lmcache.mp.port": lmcache_port,
-        },
-    }
+def kv_transfer_config(
+    host: str,
+    lmcache_port: int,
+    fault: ManagedFault | None = None,
+    fault_log: Path | None = None,
+) -> str:
+    """The ``--kv-transfer-config`` JSON that connects a replica to the LMCache server.
+
+    With a planted ``fault`` the replica loads LMCache's connector through sessiongen's
+    wrapper instead (:mod:`.faults`), which records what it hit in ``fault_log``.
+    """
+    extra: dict[str, Any] = {"lmcache.mp.host": f"tcp://{host}", "lmcache.mp.port": lmcache_port}
+    config: dict[str, Any] = {"kv_connector": KV_CONNECTOR}
+    if fault is not None and fault.planted:
+        config = {
+            "kv_connector": faults.CONNECTOR_CLASS,
+            "kv_connector_module_path": faults.CONNECTOR_MODULE,
+        }
+        extra[faults.EXTRA_KEY] = faults.extra_entry(fault, fault_log)
+    config |= {"kv_role": "kv_both", "kv_connector_extra_config": extra}
     return json.dumps(config, separators=(",", ":"))
 
 
@@ -190,6 +202,7 @@ def vllm_argv(
     port: int,
     lmcache_port: int | None,
     fingerprint: str | None = None,
+    fault_log: Path | None = None,
 ) -> list[str]:
     """One vLLM replica; the KV connector only when ``lmcache_port`` is given (cache ON).
 
@@ -199,7 +212,8 @@ def vllm_argv(
     none read from disk); the fixed seed makes such replicas identical. ``builtin:tiny``
     runs in :data:`~.tinymodel.SERVE_DTYPE` unless ``vllm_args`` choose a ``--dtype``.
     ``fingerprint`` makes the replica name itself in every response's
-    ``system_fingerprint`` (see :func:`fingerprint_supported`).
+    ``system_fingerprint`` (see :func:`fingerprint_supported`). A fault planted in
+    ``spec.fault`` goes into the connector (cache ON only), logging to ``fault_log``.
     """
     argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
     if dummy_weights:
@@ -226,7 +240,8 @@ def vllm_argv(
     ):
         argv += ["--tensor-parallel-size", str(spec.gpus_per_replica)]
     if lmcache_port is not None:
-        argv += ["--kv-transfer-config", kv_transfer_config(host, lmcache_port)]
+        config = kv_transfer_config(host, lmcache_port, spec.fault, fault_log)
+        argv += ["--kv-transfer-config", config]
     if fingerprint is not None and not _has_flag(spec.vllm_args, ("--fingerprint-mode",)):
         argv += ["--fingerprint-mode", "custom", "--fingerprint-value", fingerprint]
     return argv + list(spec.vllm_args)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import EndpointError
-from sessiongen.infra import files, net, procs
+from sessiongen.infra import files, net, procs, signals
 from sessiongen.infra.files import ensure_dir
-from sessiongen.launch import commands, reset
+from sessiongen.launch import commands, faults, reset
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.spec import ManagedSpec
 
@@ -126,6 +126,7 @@ class ManagedPair:
                     port=port,
                     lmcache_port=lmcache_port,
                     fingerprint=self.fingerprint(i),
+                    fault_log=self.fault_log(i),
                 )
                 self._spawn("replica", i, argv, port, f"http://{net.HOST}:{port}", "/health")
             self._wait_healthy(deadline)
@@ -229,6 +230,13 @@ class ManagedPair:
         cannot, the installed vLLM is too old for ``--fingerprint-mode custom``)."""
         return commands.replica_fingerprint(index) if commands.fingerprint_supported() else None
 
+    def fault_log(self, index: int) -> Path | None:
+        """Where replica ``index`` records the fault planted in its connector (None: no
+        fault, or no connector with the cache off); see :func:`.faults.read_log`."""
+        if not (self.cache_on and self.spec.fault.planted):
+            return None
+        return self.log_dir / faults.LOG_NAME.format(index=index)
+
     @property
     def model_arg(self) -> str:
         """The ``--model`` argument the replicas got (a built tiny model's path, say)."""
@@ -312,7 +320,7 @@ class ManagedPair:
         env = commands.env_overrides(self.spec, replica, dev_mode=self.resettable)
         name = role if role == "lmcache" else f"{role}-{index}"
         log = self.log_dir / f"{name}.log"
-        with self._lock:
+        with self._lock, signals.deferred():  # no interrupt between spawning and recording
             self._check_not_stopping()
             child = procs.spawn(argv, env, log)
             self._children[child.pid] = child

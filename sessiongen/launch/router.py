@@ -27,13 +27,14 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sessiongen.errors import EndpointError, MissingDependencyError
-from sessiongen.infra import net, procs
+from sessiongen.infra import net, procs, signals
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.scenario.routerspec import RouterSpec
 
@@ -109,6 +110,11 @@ class ManagedRouter:
         self._child: subprocess.Popen[bytes] | None = None
         self._record: ProcessRecord | None = None
         self.startup_s: float | None = None
+        # Guards spawning against a concurrent stop() (say, from an asyncio task whose
+        # start() in a thread was cancelled): once stopping, nothing new starts.
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._started = False
 
     @property
     def url(self) -> str:
@@ -121,12 +127,13 @@ class ManagedRouter:
         """Start the router and wait until ``/readiness`` answers and sees every worker.
 
         Raises :class:`MissingDependencyError` when vllm-router is absent and
-        :class:`EndpointError` when it exits or misses ``spec.startup_timeout_s``; then
-        nothing is left running.
+        :class:`EndpointError` when it exits, misses ``spec.startup_timeout_s`` or is
+        stopped meanwhile (:meth:`stop` from another thread); then nothing is left running.
         """
         require_router()
-        if self._child is not None:
+        if self._started:
             raise RuntimeError("ManagedRouter.start() called twice")
+        self._started = True
         port = net.pick_free_port()
         metrics_port = net.pick_free_port(avoid={port})
         argv = router_argv(
@@ -140,8 +147,10 @@ class ManagedRouter:
         )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
-        child = procs.spawn(argv, ROUTER_ENV, self.log_path)
-        self._child = child
+        with self._lock, signals.deferred():  # no interrupt between spawning and holding
+            self._check_not_stopping()
+            child = procs.spawn(argv, ROUTER_ENV, self.log_path)
+            self._child = child
         atexit.register(self.stop)
         url = f"http://{net.HOST}:{port}"
         self._record = ProcessRecord(
@@ -174,7 +183,12 @@ class ManagedRouter:
             raise
         self.startup_s = time.monotonic() - began
 
+    def _check_not_stopping(self) -> None:
+        if self._stopping:
+            raise EndpointError(f"vllm-router ({self.policy}): start-up cancelled, it is stopping")
+
     def _check_running(self) -> None:
+        self._check_not_stopping()
         child = self._child
         if child is not None and child.poll() is not None:
             raise EndpointError(
@@ -198,7 +212,9 @@ class ManagedRouter:
         Returns the outcome (see :func:`sessiongen.infra.procs.stop_groups`).
         """
         atexit.unregister(self.stop)
-        child, self._child = self._child, None
+        with self._lock:
+            self._stopping = True
+            child, self._child = self._child, None
         if child is None:
             return "gone"
         return procs.stop_child("router", child, _STOP_GRACE_S)

@@ -102,14 +102,14 @@ def pair_down(state_dir: Path, grace_s: float = 30.0) -> list[str]:
     state = load_state(state_dir)
     if state is None:
         return []
-    records = _records(state)
+    recs = records(state)
     if state.get("boot_id") != procs.boot_id():
-        outcome = {rec.name: "gone (machine rebooted)" for rec in records}
+        outcome = {rec.name: "gone (machine rebooted)" for rec in recs}
     else:
-        outcome = procs.stop_groups(records, grace_s)
+        outcome = procs.stop_groups(recs, grace_s)
     if "left" not in outcome.values():
         state_path(state_dir).unlink(missing_ok=True)
-    return [f"{rec.name} (pid {rec.pid}, port {rec.port}): {outcome[rec.name]}" for rec in records]
+    return [f"{rec.name} (pid {rec.pid}, port {rec.port}): {outcome[rec.name]}" for rec in recs]
 
 
 def pair_status(state_dir: Path, *, check_health: bool = True) -> list[dict[str, Any]]:
@@ -123,7 +123,7 @@ def pair_status(state_dir: Path, *, check_health: bool = True) -> list[dict[str,
         return []
     same_boot = state.get("boot_id") == procs.boot_id()
     rows = []
-    for rec in _records(state):
+    for rec in records(state):
         alive = same_boot and procs.group_alive(rec)
         rows.append(
             {
@@ -141,7 +141,8 @@ def pair_status(state_dir: Path, *, check_health: bool = True) -> list[dict[str,
     return rows
 
 
-def _records(state: dict[str, Any]) -> list[ProcessRecord]:
+def records(state: dict[str, Any]) -> list[ProcessRecord]:
+    """The processes of a state (as :func:`pair_up` returns it, or as recorded)."""
     try:
         return [ProcessRecord.from_dict(item) for item in state["processes"]]
     except (KeyError, TypeError) as exc:

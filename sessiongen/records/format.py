@@ -30,8 +30,14 @@ Format history
 - ``schema_version`` 4: ``server_queue_s``, the server's own account of a request's wait
   between arrival and admission (the simulator's); runs of the planner (target kind
   ``plan``: virtual clock, every duration modeled) with ``replica_source`` and
-  ``hit_source`` ``planner``.
-  Later (still version 4; readers need nothing new): target kinds ``endpoint-pairs``
+  ``hit_source`` ``planner``. Later in version 4 (optional keys, so no new version): a
+  fault planted in managed replicas (``target.managed.fault``) is described in
+  ``target.fault`` (kind, share, seed, label), and each block it ran in carries
+  ``fault``, what it hit (loads, loads_hit, chunks, chunks_hit).
+- Endpoints that say they are simulated (``/version``): ``target.simulated`` true,
+  ``target.time_scale`` theirs, ``target.time_scale_known`` false (and time scale 1)
+  when they did not say it; absent, the time scale is known (every older manifest).
+- Later in version 4 (readers need nothing new): target kinds ``endpoint-pairs``
   (one pair per arm) and ``switched`` (one pair, its arm set by the user's command before
   every block); blocks may carry ``kv_connector`` (what each replica said of its KV
   connector) and ``switch``; a run merged from single-arm runs (``sessiongen merge``)
@@ -233,6 +239,7 @@ class BlockEntry(TypedDict):
     switch: NotRequired[dict[str, Any]]
     source_run: NotRequired[str]  # merged runs: the run the block came from
     source_block: NotRequired[int]  # ... and its index there
+    fault: NotRequired[dict[str, int]]
 
 
 class BlockFacts(TypedDict, total=False):
@@ -252,6 +259,7 @@ class BlockFacts(TypedDict, total=False):
     # KvConnector, in URL order; empty where it said nothing).
     kv_connector: list[dict[str, Any]]
     switch: dict[str, Any]  # the user's switch command that set the block's arm, and after
+    fault: dict[str, int]  # what a planted fault hit in the block (managed: FaultTally)
 
 
 def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
@@ -280,6 +288,8 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["kv_connector"] = facts["kv_connector"]
     if "switch" in facts:
         entry["switch"] = facts["switch"]
+    if "fault" in facts:
+        entry["fault"] = facts["fault"]
 
 
 class Manifest(TypedDict):
@@ -321,6 +331,7 @@ class RunMeta:
     time_scale: float
     simulated: bool
     target_kind: str
+    time_scale_known: bool
     scenario: Mapping[str, Any]
     target: Mapping[str, Any]
     tool: Mapping[str, Any]
@@ -342,6 +353,7 @@ class RunMeta:
             time_scale=float(target.get("time_scale", 1.0)),
             simulated=bool(target.get("simulated", kind == "sim")),
             target_kind=kind,
+            time_scale_known=bool(target.get("time_scale_known", True)),
             scenario=manifest.get("scenario") or {},
             target=target,
             tool=manifest.get("tool") or {},
@@ -368,14 +380,64 @@ class RunMeta:
         return int(turns) if turns else None
 
     @property
+    def modeled(self) -> bool:
+        """Durations are modeled seconds: a simulated target whose time scale is known."""
+        return self.simulated and self.time_scale_known
+
+    @property
     def seconds(self) -> str:
-        """What durations are in: "modeled seconds" for simulated runs, else "seconds"."""
-        return "modeled seconds" if self.simulated else "seconds"
+        """What durations are in: "modeled seconds" for simulated runs (whose time scale
+        is known), else "seconds"."""
+        return "modeled seconds" if self.modeled else "seconds"
 
     @property
     def target_label(self) -> str:
         """``SIMULATED (kind)`` for simulated targets, else the target kind."""
         return f"SIMULATED ({self.target_kind})" if self.simulated else self.target_kind
+
+    @property
+    def planted_fault(self) -> str | None:
+        """The fault planted on purpose in the run's target, or None for a healthy one.
+
+        A run with a planted fault is a correctness canary, not a measurement of the
+        stack: managed replicas record ``target.fault`` (``target.managed.fault``), the
+        simulated pair its profile's ``pool_corruption``.
+        """
+        fault = self.target.get("fault")
+        if isinstance(fault, Mapping):
+            return str(fault.get("label") or fault.get("kind") or "planted fault")
+        profile = self.target.get("profile") or self.target.get("sim") or {}
+        share = profile.get("pool_corruption") if isinstance(profile, Mapping) else None
+        if isinstance(share, int | float) and share > 0:
+            return f"pool_corruption, {share * 100:g}% of the answers the pool serves corrupted"
+        return None
+
+    @property
+    def fault_hits(self) -> dict[str, int] | None:
+        """What a fault planted in managed replicas hit, summed over the blocks (loads,
+        loads_hit, chunks, chunks_hit), or None when no block says."""
+        rows = [b["fault"] for b in self.blocks if isinstance(b.get("fault"), Mapping)]
+        if not rows:
+            return None
+        keys = ("loads", "loads_hit", "chunks", "chunks_hit")
+        return {k: sum(int(row.get(k, 0)) for row in rows) for k in keys}
+
+    def fault_line(self) -> str | None:
+        """One line naming a planted fault and what it hit (None: a healthy run)."""
+        fault = self.planted_fault
+        if fault is None:
+            return None
+        hits = self.fault_hits
+        what = (
+            f"; it hit {hits['chunks_hit']} of the {hits['chunks']} chunks in "
+            f"{hits['loads_hit']} of the {hits['loads']} loads from the pool"
+            if hits is not None
+            else ""
+        )
+        return (
+            f"PLANTED FAULT: {fault}{what}. A correctness canary, not a measurement of "
+            "the healthy stack."
+        )
 
     @property
     def sessiongen_version(self) -> str | None:

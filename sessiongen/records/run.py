@@ -62,6 +62,11 @@ class Run:
         return self.meta.simulated
 
     @property
+    def modeled(self) -> bool:
+        """Durations are modeled seconds (:attr:`RunMeta.modeled`)."""
+        return self.meta.modeled
+
+    @property
     def seconds(self) -> str:
         """What durations are in: "modeled seconds" for simulated runs, else "seconds"."""
         return self.meta.seconds

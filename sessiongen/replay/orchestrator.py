@@ -12,7 +12,10 @@ after every block, every second while it runs, and around every request when one
 session runs at a time (which makes per-request hit attribution exact).
 
 A failed request stops its session (later prompts would build on a missing answer);
-the run carries on. Ctrl-C stops cleanly and keeps everything measured so far.
+the run carries on. Ctrl-C stops cleanly and keeps everything measured so far (so do
+SIGTERM and SIGHUP under :func:`sessiongen.infra.signals.handling`, as the CLI runs):
+the signal cancels the run at an ``await``, every block's replicas and routers are
+stopped on the way out, and the manifest says the run is incomplete.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sessiongen.calibrate import calibrate, scenario_load
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.errors import EndpointError, UserError
+from sessiongen.infra import signals
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.format import (
@@ -37,6 +40,7 @@ from sessiongen.records.format import (
     CounterRecord,
     Manifest,
     RequestRecord,
+    RunMeta,
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
@@ -135,7 +139,7 @@ class _Replay:
         self.salt = os.urandom(6).hex()
         self.result = ReplayResult(self.run_dir)
         # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
-        # (runner.lag_matters), and nothing is logged mid-run to break the progress bars.
+        # (runner.lag_matters), and nothing is logged mid-run for each lag.
         self.lag = LagMonitor(threshold_s=STALL_S, warn=False)
         self.t0 = time.perf_counter_ns()
         self.generator = generator_for(
@@ -250,7 +254,7 @@ class _Replay:
                 f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
-                simulated=self.target.simulated,
+                unit=RunMeta.from_manifest(self.manifest).seconds,
             )
             scraper = asyncio.create_task(self.scrape(ctx))
             try:
@@ -262,7 +266,7 @@ class _Replay:
                     await runner.run_sessions(ctx, sessions)
             finally:
                 scraper.cancel()
-            self._progress.close()
+                self._progress.close()
             await self.snapshot_all(ctx, "after")
             errors = self._progress.errors
             entry["status"], entry["errors"] = "failed" if errors else "ok", errors
@@ -442,13 +446,18 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     target = make_target(scenario, opts.endpoints, opts.cache)
     asyncio.run(target.preflight())  # a one-line error before any work or any run folder
     run = _Replay(scenario, opts, target)
-    if opts.calibrate:
-        run.manifest["calibration"] = calibrate(*scenario_load(scenario))
     interrupted = False
     try:
-        asyncio.run(run.main())
+        if opts.calibrate:
+            # Loaded only when asked for: calibration's tails use the analysis stack
+            # (scipy), which a replay (and each of its worker processes) need not import.
+            from sessiongen.calibrate import calibrate, scenario_load
+
+            run.manifest["calibration"] = calibrate(*scenario_load(scenario))
+        signals.run(run.main())
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        run.finalize(interrupted)
+        with signals.deferred():  # a signal now waits until the run folder is written
+            run.finalize(interrupted)
     return run.result

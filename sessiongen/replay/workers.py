@@ -12,6 +12,8 @@ concurrency, using the same code as the parent's loop (:mod:`sessiongen.replay.r
   and the records are written as in a single-process run; ``send_s`` is measured against
   the parent's start on the system-wide monotonic clock.
 - Each worker runs its own event-loop lag monitor and flags its own records.
+- A worker exits as soon as its parent does, however the parent ended (SIGKILL
+  included): it watches the parent's sentinel, so no worker outlives the replay.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import multiprocessing.connection
+import os
 import queue as queue_mod
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,8 +73,22 @@ def split_concurrency(concurrency: int, workers: int) -> list[int]:
     ]
 
 
+def _exit_with_parent() -> None:
+    """Exit this process when its parent has (the sentinel becomes ready when it dies)."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _worker_main(job: WorkerJob, out: Any, go: Any) -> None:
     """Entry point of one worker (a spawned process)."""
+    _exit_with_parent()
     try:
         sc = from_dict(job.scenario, job.source)
         server = job.urls[0] if job.urls else job.gateway

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from sessiongen.analysis import load, session_speedup
+from sessiongen.analysis import SESSION_GAIN, load, session_speedup
 from sessiongen.analysis.stats import Bootstrap
 from sessiongen.records.run import Run
 from sessiongen.report.document import Element, Heading, Image, Paragraph, Table
@@ -39,7 +39,7 @@ def level_name(run: Run) -> str:
     arrival = (run.meta.scenario.get("load") or {}).get("arrival", "closed")
     if arrival == "closed":
         return "sessions in flight (closed loop)"
-    return f"session starts per {'modeled ' if run.simulated else ''}second ({arrival})"
+    return f"session starts per {'modeled ' if run.modeled else ''}second ({arrival})"
 
 
 def pool_gain_by_level(run: Run, table: pl.DataFrame, boot: Bootstrap) -> pl.DataFrame:
@@ -88,7 +88,7 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
     """The load section's elements (figures saved into ``out_dir``)."""
     ttft_s, attainment = _objective(run)
     table = load.load_table(run, ttft_s, attainment)
-    unit = "modeled s" if run.simulated else "s"
+    unit = "modeled s" if run.modeled else "s"
     name = level_name(run)
     out: list[Element] = [Heading("Load: does the pool pay at this load?")]
     gains = pool_gain_by_level(run, table, boot)
@@ -96,7 +96,7 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
         out.append(
             Paragraph(
                 f"Objective: TTFT <= {ttft_s:g} {unit} for at least {attainment:.0%} of turns. "
-                "Gain: median whole-session time OFF / ON at each level (paired bootstrap "
+                f"session_gain: {SESSION_GAIN}, at each level (paired bootstrap "
                 "over sessions). Goodput intervals take sessions as units (a session's "
                 "turns share prompts, a replica and queueing, so they are not independent); "
                 "p90 is MLPerf's early-stopping estimate on the effective sample size."

@@ -252,7 +252,7 @@ def write_figures(
 ) -> dict[str, Path]:
     """Draw and save the four report figures; return their PNG paths by name."""
     note = caption(run)
-    unit = "modeled s" if run.simulated else "s"
+    unit = "modeled s" if run.modeled else "s"
     drawn = {
         "speedup": speedup_figure(speedups, note),
         "median_ttft": median_ttft_figure(arm_table, note, unit),

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from sessiongen.analysis import routing
+from sessiongen.analysis import SESSION_GAIN, routing
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import Bootstrap
 from sessiongen.records.run import Run
@@ -101,8 +101,8 @@ def routing_section(run: Run, boot: Bootstrap) -> list[Element]:
             "assumed from the policy); known_share = share of requests whose serving "
             "replica is known. turn_gain = median TTFT off / on over turns 2+ pooled "
             "(the typical later turn), with its range over single turns and best_turn, "
-            "where the pool mattered most; session_gain = the same for whole sessions' "
-            f"total time; survives = the session gain's interval lies above "
+            f"where the pool mattered most; session_gain = {SESSION_GAIN}; survives = the "
+            "session gain's interval lies above "
             f"{1 + routing.MIN_GAIN:g} (smaller gains are within the routers' own "
             "block-to-block noise). "
             f"added_s = median client TTFT minus the replica's own, {seconds}: what the "

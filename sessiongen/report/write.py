@@ -31,12 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from scipy import stats as sps
 
 from sessiongen import analysis
+from sessiongen.analysis import stats
 from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
+from sessiongen.calibrate.verdict import DEFINITION, figure_lines
+from sessiongen.calibrate.verdict import verdict as calibration_verdict
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run
@@ -56,7 +60,14 @@ from sessiongen.report.document import (
 from sessiongen.report.loadsection import is_load_run, load_section
 from sessiongen.report.routing import routing_section
 
-__all__ = ["SUMMARY_COLUMNS", "summary_frame", "write_report"]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "read_cautions",
+    "report_cautions",
+    "run_cautions",
+    "summary_frame",
+    "write_report",
+]
 
 SUMMARY_COLUMNS = (
     "placement",
@@ -161,7 +172,7 @@ def _header(run: Run) -> list[Element]:
             (
                 "All durations are modeled seconds: measured wall seconds divided by the time "
                 f"scale ({run.time_scale:g}). "
-                if run.simulated
+                if run.modeled
                 else "All durations are measured seconds. "
             )
             + f"{run.requests.height} requests analysed; "
@@ -169,10 +180,44 @@ def _header(run: Run) -> list[Element]:
         ),
     ]
     if run.simulated:
-        blocks.append(Paragraph("SIMULATED target: the replicas were the embedded simulator."))
+        blocks.append(Paragraph(_simulated_note(run)))
+    fault = meta.fault_line()
+    if fault is not None:
+        blocks.append(Paragraph(fault, warning=True))
     if meta.complete is False:
         blocks.append(Paragraph("This run is INCOMPLETE (complete: false).", warning=True))
     return blocks
+
+
+def _simulated_note(run: Run) -> str:
+    """Which simulator the replicas were, and where the time scale came from."""
+    if run.meta.target_kind != "endpoints":
+        return "SIMULATED target: the replicas were the embedded simulator."
+    if run.modeled:
+        return (
+            "SIMULATED target: the endpoints said they are simulated replicas (their "
+            f"/version), at time scale {run.time_scale:g}, so durations are converted to "
+            "modeled seconds as for the embedded simulator."
+        )
+    return (
+        "SIMULATED target: the endpoints said they are simulated replicas (their /version) "
+        "but not their time scale, so durations are left in measured wall seconds; divide "
+        "by the time scale they were served at for modeled seconds."
+    )
+
+
+def _durations(run: Run) -> str:
+    """The method's line on the unit of every duration."""
+    if not run.modeled:
+        return "Durations: measured wall seconds, as the client timed them."
+    if run.meta.target_kind == "plan":
+        return "Durations: modeled seconds on the planner's virtual clock."
+    source = (
+        "target.sim.time_scale"
+        if run.meta.target_kind == "sim"
+        else "as the simulated replicas reported it (/version)"
+    )
+    return f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}, {source})."
 
 
 LIMITS = "Limits of this run"
@@ -232,8 +277,9 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
                 f"Client event-loop lag moved the median TTFT of {moved.height} cells by more "
                 f"than {analysis.ERROR_SHARE:.0%} (worst {worst['shift']:+.1%}: "
                 f"{worst['placement']}/{worst['cache']} turn {worst['turn']}, "
-                f"{worst['lagged']} of {worst['n']} requests lag-flagged): leaving the "
-                "flagged requests out changes those figures.",
+                f"{worst['lagged']} of {worst['n']} requests lag-flagged): replacing each "
+                "flagged request by its session's unflagged TTFT from the cell's other "
+                "blocks changes those figures.",
                 warning=True,
             ),
             _show(moved, *CELL_KEYS, "n", "lagged", "median_ttft_s", "median_unlagged_s", "shift"),
@@ -246,17 +292,29 @@ def _lag_note(f: Frames) -> list[Element]:
     lagged = int(f.lag["lagged"].sum()) if not f.lag.is_empty() else 0
     if not lagged or f.lag["moved"].any():
         return []
-    return [
-        Paragraph(
-            f"Event-loop lag: {lagged} requests were lag-flagged (the client's loop stalled "
-            "for more than 2% of their TTFT while they waited); leaving them out moves no "
-            f"cell's median TTFT by more than {analysis.ERROR_SHARE:.0%}, so no figure here "
-            "rests on them."
+    unchecked = int(f.lag["unverifiable"].sum())
+    checked = lagged - unchecked
+    text = (
+        f"Event-loop lag: {lagged} requests were lag-flagged (the client's loop stalled for "
+        "more than 2% of their TTFT while they waited). "
+    )
+    if checked:
+        text += (
+            f"Replacing {'each' if not unchecked else f'{checked} of them'} by the same "
+            "session's unflagged TTFT from the cell's other blocks moves no cell's median "
+            f"TTFT by more than {analysis.ERROR_SHARE:.0%}. "
         )
-    ]
+    if unchecked:
+        text += (
+            f"{unchecked} could not be checked (no unflagged TTFT of the same session in "
+            "another block of the arm)."
+        )
+    else:
+        text += "No figure here rests on them."
+    return [Paragraph(text.strip())]  # no evidence a figure moved: a note, not a warning
 
 
-def _trust_problems(f: Frames) -> list[Element]:
+def _trust_problems(run: Run, f: Frames) -> list[Element]:
     """What makes every speedup of the run unreadable: said before anything else."""
     out: list[Element] = []
     cold = f.cold_check.filter(pl.col("flagged"))
@@ -293,7 +351,7 @@ def _trust_problems(f: Frames) -> list[Element]:
                 f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
                 f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
                 "and the simulator's own lateness, divided by the time scale, is that large "
-                "a part of what was measured: raise target.sim.time_scale.",
+                f"a part of what was measured: {analysis.time_scale_remedy(run)}.",
                 warning=True,
             )
         ]
@@ -322,7 +380,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
-    found = _trust_problems(f) + _arm_problems(run) + correct + _measurement_problems(run, f)
+    found = _trust_problems(run, f) + _arm_problems(run) + correct + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(
@@ -333,7 +391,9 @@ def _problems(run: Run, f: Frames) -> list[Element]:
     return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]
 
 
-def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
+def _headline(run: Run, f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
+    fewest = analysis.fewest_sessions(run)
+    coverage = analysis.coverage_note(fewest) if fewest is not None else None
     return [
         Heading(HEADLINE),
         Paragraph(
@@ -357,30 +417,48 @@ def _headline(f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Elem
             "n_on",
         ),
         *_pool_overhead(f),
+        *([Paragraph(coverage)] if coverage and fewest and fewest >= MIN_SESSIONS else []),
     ]
 
 
 def _pool_overhead(f: Frames) -> list[Element]:
-    """Later turns where the pool surely costs more than recomputing: its overhead."""
-    slower = f.speedup.filter(pl.col("turn") > 1, pl.col("speedup_ci_high") < 1.0)
-    if slower.is_empty():
-        return []
+    """Later turns the pool served where it surely costs more than recomputing.
+
+    One-sided tests of "speedup < 1" from each cell's standard error (normal on the log
+    scale), Holm-corrected over the later turns with pool hits: a run has many cells, and
+    one in twenty would look slower by chance.
+    """
     hits = f.attribution.filter(pl.col("cache") == "on").select(
         "placement", "context_tokens", "turn", "external_hit_tokens", "prompt_tokens"
     )
-    rows = slower.join(hits, on=["placement", "context_tokens", "turn"], how="left")
+    cells = f.speedup.filter(pl.col("turn") > 1).join(
+        hits, on=["placement", "context_tokens", "turn"], how="inner"
+    )
+    cells = cells.filter(
+        pl.col("external_hit_tokens") > 0,
+        pl.col("speedup_log_se") > 0,
+        pl.col("speedup").is_not_null(),
+    )
+    if cells.is_empty():
+        return []
+    z = (cells["speedup"].log() / cells["speedup_log_se"]).to_numpy()
+    adjusted = stats.holm(sps.norm.cdf(z))
+    slower = cells.with_columns(p=pl.Series(adjusted)).filter(pl.col("p") < 0.05)
+    if slower.is_empty():
+        return []
     parts = [
-        f"{r['placement']} turn {r['turn']} {r['speedup']:.2f}x "
-        f"[{r['speedup_ci_low']:.3f}, {r['speedup_ci_high']:.3f}] with "
+        f"{r['placement']} context {r['context_tokens']} turn {r['turn']} "
+        f"{r['speedup']:.2f}x [{r['speedup_ci_low']:.3f}, {r['speedup_ci_high']:.3f}] with "
         f"{_tokens(r['external_hit_tokens'])} of {_tokens(r['prompt_tokens'])} prompt tokens "
         "from the pool"
-        for r in rows.iter_rows(named=True)
+        for r in slower.iter_rows(named=True)
     ]
     return [
         Paragraph(
-            "Pool overhead: where the interval lies wholly below 1, the turn is surely slower "
-            "with the shared cache on than recomputing: " + "; ".join(parts) + ". A pool hit "
-            "that small costs its lookup and transfer and saves little prefill.",
+            "Pool overhead: these turns are surely slower with the shared cache on than "
+            "recomputing (one-sided tests, Holm-corrected over the later turns the pool "
+            "served): " + "; ".join(parts) + ". A pool hit that small costs its lookup and "
+            "transfer and saves little prefill.",
             warning=True,
         )
     ]
@@ -390,16 +468,17 @@ def _tokens(value: float | None) -> str:
     return "no" if value is None else f"{value:,.0f}"
 
 
-def _fidelity(f: Frames) -> list[Element]:
+def _fidelity(run: Run, f: Frames) -> list[Element]:
     """The measurement-error table of a simulated run (nothing for real targets)."""
-    if f.error.is_empty():
+    if f.error.is_empty() or not run.simulated:
         return []
     return [
         Heading("Measurement error (simulated target)"),
         Paragraph(
             "Client TTFT minus the simulator's own modeled TTFT, per arm and turn, in "
-            "modeled seconds: the client's and the simulator's lateness divided by the time "
-            f"scale. Cells above {analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
+            f"{run.seconds}: the client's and the simulator's lateness"
+            f"{' divided by the time scale' if run.modeled else ''}. Cells above "
+            f"{analysis.ERROR_SHARE:.0%} of their median TTFT are flagged."
         ),
         _show(
             f.error,
@@ -530,7 +609,16 @@ def _overhead(run: Run) -> list[Element]:
         ("loop_lag", "Event-loop lag"),
     ):
         value = run.manifest.get(key)
-        if value:
+        if key == "calibration" and isinstance(value, dict) and "verdict" in value:
+            # As `sessiongen calibrate` prints it: the verdict, then the figures grouped,
+            # every tail with its sample count (older manifests: their table as written).
+            out += [
+                Heading(title),
+                Paragraph(f"Verdict: {calibration_verdict(value)}."),
+                Paragraph(DEFINITION),
+                Bullets(tuple(figure_lines(value))),
+            ]
+        elif value:
             out += [
                 Heading(title),
                 _mapping_table(value if isinstance(value, dict) else {key: value}),
@@ -543,7 +631,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
         Heading("Method"),
         Bullets(
             (
-                f"Durations: modeled seconds = measured / time scale ({run.time_scale:g}).",
+                _durations(run),
                 "Rows: warm-up requests excluded; requests with status other than ok counted as "
                 "errors and excluded from latency statistics.",
                 f"Intervals: {boot.method()} (Efron & Tibshirani 1993). Intervals resample "
@@ -604,9 +692,9 @@ def build_blocks(
         *_limits(run),
         *_problems(run, frames),
         *routing_section(run, boot),
-        *_headline(frames, figures, boot),
+        *_headline(run, frames, figures, boot),
         *_details(frames, figures),
-        *_fidelity(frames),
+        *_fidelity(run, frames),
         *_overhead(run),
         *_method(run, boot, frames.equivalence.logprob_tol),
         *_identity(run),
@@ -665,6 +753,20 @@ def report_cautions(blocks: list[Element]) -> dict[str, list[str]]:
         elif section and isinstance(block, Paragraph) and block.warning:
             out[section].append(block.text)
     return out
+
+
+def run_cautions(
+    run_dir: str | Path, *, boot: Bootstrap = DEFAULT_BOOTSTRAP
+) -> dict[str, list[str]]:
+    """A run's Problems and Limits as its report states them: read from its
+    ``report/cautions.json`` where a report was written, else computed the same way
+    (:func:`build_blocks`, nothing written). The notebook shows these."""
+    written = read_cautions(Path(run_dir) / "report")
+    if written is not None:
+        return written
+    run = load_run(run_dir).levels_apart()
+    figures = {name: Path(f"{name}.png") for name in plots.FIGURE_NAMES}  # not drawn
+    return report_cautions(build_blocks(run, Frames.compute(run, boot), figures, boot))
 
 
 def read_cautions(report_dir: Path) -> dict[str, list[str]] | None:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -240,6 +240,36 @@ class DriverSpec:
     connect_timeout_s: float = spec(10.0, gt=0)
 
 
+FaultKind = Literal["none", "stale", "noise"]
+#: Faults a user can plant in the managed pair's KV connector (``target.managed.fault.kind``).
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+
+@dataclass(frozen=True)
+class ManagedFault:
+    """A fault planted in the managed replicas' KV connector, for correctness canaries.
+
+    ``stale``: the hit chunks keep what their KV blocks held before the load from the
+    shared pool, as if the model read them before the copy finished (the transfer bug of
+    the study behind sessiongen); ``noise``: seeded Gaussian noise as large as the hit
+    chunks' own values is added to them after the load. Which chunks are hit is a seeded
+    hash of each chunk's tokens, so a run is reproducible. Only cache-ON replicas load
+    from the pool; a run with a fault is labelled as such (manifest, report, trend).
+    """
+
+    kind: FaultKind = spec(
+        "none", doc='"stale" or "noise": plant that fault; "none": the healthy stack'
+    )
+    share: float = spec(
+        1.0, gt=0, le=1, doc="share of the KV chunks loaded from the pool that the fault hits"
+    )
+    seed: int = spec(0, ge=0, doc="which chunks are hit (hashed with each chunk's tokens)")
+
+    @property
+    def planted(self) -> bool:
+        return self.kind != "none"
+
+
 @dataclass(frozen=True)
 class ManagedSpec:
     """Real vLLM replicas plus one LMCache server that sessiongen starts and stops."""
@@ -273,6 +303,7 @@ class ManagedSpec:
     env: dict[str, str] = spec(
         {}, check=_check_env, empty="none", doc="extra environment for every process"
     )
+    fault: ManagedFault = field(default_factory=ManagedFault)
 
 
 @dataclass(frozen=True)
@@ -351,6 +382,11 @@ class TargetSpec:
                 raise ValueError(f"{key}: expected http(s)://host:port, got {url!r}")
         if self.endpoints and self.replica_names and len(self.replica_names) != len(self.endpoints):
             raise ValueError("replica_names: expected one name per endpoint")
+        if self.managed.fault.planted and self.kind != "managed":
+            raise ValueError(
+                "managed.fault.kind: a fault is planted only in managed replicas "
+                f'(kind = "managed"), got kind = "{self.kind}"'
+            )
 
     @property
     def pairs(self) -> bool:

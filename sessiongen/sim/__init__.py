@@ -18,6 +18,7 @@ virtual time.
 - :mod:`.wire`: vLLM's OpenAI-compatible wire format;
 - :mod:`.metrics`: Prometheus counters under vLLM's names;
 - :mod:`.server`: one aiohttp app per replica (:func:`~.server.make_apps` for tests);
-- :mod:`.process`: serving in this process, or in a child (:func:`~.process.start_sim`);
+- :mod:`.process`: serving in this process, or in a child (:func:`~.process.launch_sim`,
+  :func:`~.process.start_sim`), which exits when told to stop or when its parent dies;
 - :mod:`.cli`: ``sessiongen sim serve`` / ``python -m sessiongen.sim``.
 """

@@ -291,6 +291,8 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def version(request: web.Request) -> web.Response:
+    """What the replica is: simulated, and its time scale (wall seconds per modeled
+    second), so that a replay against it as endpoints reports modeled seconds."""
     replica = request.app[REPLICA]
     return _json(
         {
@@ -298,6 +300,7 @@ async def version(request: web.Request) -> web.Response:
             "server": "sessiongen simulator (a timing model, not a model server)",
             "sessiongen": __version__,
             "simulated": True,
+            "time_scale": replica.world.time_scale,
             "replica": replica.index,
         }
     )

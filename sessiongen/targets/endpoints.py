@@ -10,12 +10,19 @@ A router may stand in front of them: the user's own (``--gateway URL``, placemen
 ``gateway``; the replicas' URLs are then optional and serve only to find which replica
 served a turn from their counters), or a vllm-router that sessiongen starts per block
 (``router:POLICY``).
+
+Replicas may themselves be simulated (``sessiongen sim serve`` elsewhere): when every
+replica's ``/version`` says ``"simulated": true`` the run is labelled SIMULATED, and
+when they also say their ``time_scale`` (all the same), durations are converted to
+modeled seconds as for the embedded pair (:func:`simulation`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 
@@ -28,12 +35,73 @@ from sessiongen.targets.base import ServedBy
 from sessiongen.targets.router import RouterFront, router_log
 
 
+@dataclass(frozen=True)
+class Simulation:
+    """What the replicas say they are: simulated or not, and at which time scale.
+
+    ``time_scale`` is None for replicas that say they are simulated but not their time
+    scale (an older simulator): their durations stay measured seconds.
+    """
+
+    simulated: bool = False
+    time_scale: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's target facts: ``simulated``, ``time_scale`` (1 when unknown),
+        and for simulated replicas where the time scale came from, or that it is unknown."""
+        if not self.simulated:
+            return {"simulated": False, "time_scale": 1.0}
+        facts: dict[str, Any] = {
+            "simulated": True,
+            "note": "SIMULATED: the endpoints say they are simulated replicas (/version)",
+            "time_scale": self.time_scale or 1.0,
+            "time_scale_known": self.time_scale is not None,
+        }
+        if self.time_scale is not None:
+            facts["time_scale_from"] = "/version"
+        return facts
+
+
+def simulation(servers: Sequence[dict[str, Any]]) -> Simulation:
+    """What the preflight's ``servers`` (each with its ``/version`` JSON) say they are.
+
+    The replicas decide (a gateway only when it is all there is: a router in front may
+    say nothing of itself). Replicas that disagree, simulated and not, or at different
+    time scales, cannot be read in one unit: an :class:`EndpointError`.
+    """
+    replicas = [s for s in servers if not s.get("gateway")] or list(servers)
+    said = [(s["url"], s.get("version")) for s in replicas]
+    sim = [(url, v) for url, v in said if isinstance(v, dict) and v.get("simulated") is True]
+    if not sim:
+        return Simulation()
+    if len(sim) < len(said):
+        real = next(url for url, v in said if (url, v) not in sim)
+        raise EndpointError(
+            f"{sim[0][0]}: says it is simulated (/version) and {real} does not: "
+            "replay replicas of one kind"
+        )
+    said_scales = {url: v.get("time_scale") for url, v in sim}
+    scales = {url: x for url, x in said_scales.items() if _positive(x)}
+    if len(scales) < len(said_scales):
+        return Simulation(simulated=True)
+    distinct = sorted(set(scales.values()))
+    if len(distinct) > 1:
+        first, other = (next(u for u, x in scales.items() if x == d) for d in distinct[:2])
+        raise EndpointError(
+            f"{first}: time scale {distinct[0]:g} and {other}: {distinct[1]:g} (/version): "
+            "serve every simulated replica at one --time-scale"
+        )
+    return Simulation(simulated=True, time_scale=distinct[0])
+
+
+def _positive(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
 class EndpointsTarget:
     """Existing replicas at fixed URLs, all in one cache arm."""
 
     kind = "endpoints"
-    simulated = False
-    time_scale = 1.0
     restarts = False
     pool_chunk_tokens: int | None = None  # LMCache's is not visible from outside
 
@@ -65,6 +133,11 @@ class EndpointsTarget:
         )
         self._log_dir: Path | None = None
         self._blocks = 0
+        # What the replicas say they are, known after the preflight: simulated replicas'
+        # own time scale (wall seconds per modeled second), else 1.
+        self.sim = Simulation()
+        self.simulated = False
+        self.time_scale = 1.0
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return [b for b in blocks if b == self.cache]
@@ -83,6 +156,8 @@ class EndpointsTarget:
             )
         gateway = [self.routers.gateway] if self.routers.gateway else []
         self.servers = await probe_servers(self.urls, self.model, gateway, timeout_s)
+        self.sim = simulation(self.servers)
+        self.simulated, self.time_scale = self.sim.simulated, self.sim.time_scale or 1.0
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir  # the routers sessiongen starts log there
@@ -112,8 +187,7 @@ class EndpointsTarget:
     def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "kind": "endpoints",
-            "simulated": False,
-            "time_scale": 1.0,
+            **self.sim.describe(),
             "cache": self.cache,
             "endpoints": self.urls,
             "servers": self.servers,

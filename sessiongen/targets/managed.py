@@ -8,7 +8,9 @@ with every cache emptied instead, which saves a pair start (1.5 to 3 minutes on 
 cores); the reset counts only once a cold probe proved it (see
 :mod:`sessiongen.launch.reset`), else the pair is restarted and the block's manifest
 entry says why. The exact command lines, environments and versions of every process,
-and each pair's measured start-up time, go into the manifest. A replica that dies
+and each pair's measured start-up time, go into the manifest, and so does a fault
+planted in the connector (``target.managed.fault``: ``target.fault``, and per ON block
+what it hit, from the replicas' fault logs). A replica that dies
 mid-block is recorded and the block marked failed; the next block gets a new pair.
 """
 
@@ -22,7 +24,7 @@ import aiohttp
 
 from sessiongen.client.engine import engine_facts
 from sessiongen.infra.files import ensure_dir
-from sessiongen.launch import commands
+from sessiongen.launch import commands, faults
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import BUILTIN_TINY, tiny_model_identity
 from sessiongen.records.format import BlockFacts
@@ -66,6 +68,7 @@ class ManagedTarget:
         self._opened: BlockFacts = {}
         self._block_log_dir: Path | None = None
         self._connectors: list[dict[str, Any]] = []  # what the pair's replicas said
+        self._fault_from: dict[Path, int] = {}  # fault log -> its size when the block opened
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return list(blocks)
@@ -103,6 +106,7 @@ class ManagedTarget:
             pair = await self._start(cache, log_dir)
             opened["startup_s"] = pair.ready_s
         self._opened = opened
+        self._fault_from = {path: _size(path) for path in self._fault_logs(pair)}
         block: dict[str, Any] = {
             "cache": cache,
             "log_dir": str(pair.log_dir),
@@ -154,6 +158,12 @@ class ManagedTarget:
             return facts
         if router is not None:
             facts["router"] = router
+        if self._fault_from:  # what the planted fault hit in this block's loads
+            tally = faults.FaultTally()
+            for path, offset in self._fault_from.items():
+                tally += faults.read_log(path, offset)[0]
+            facts["fault"] = tally.to_dict()
+            self._fault_from = {}
         dead = pair.dead_replicas()
         lmcache_alive = pair.lmcache_alive()
         if dead or not lmcache_alive:
@@ -178,10 +188,25 @@ class ManagedTarget:
         }
         if any(map(is_routed, self.placements)):
             facts["router"] = self.routers.describe()
+        fault = faults.describe(self.spec.fault)
+        if fault is not None:  # not the healthy stack: the report and the trend say so
+            facts["fault"] = fault
         return facts
+
+    def _fault_logs(self, pair: ManagedPair) -> list[Path]:
+        if not self.spec.fault.planted:
+            return []
+        return [p for i in range(self.n_replicas) if (p := pair.fault_log(i)) is not None]
 
     async def close(self) -> None:
         await self.routers.close()
         if self._pair is not None:
             await asyncio.to_thread(self._pair.stop)
             self._pair = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

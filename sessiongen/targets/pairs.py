@@ -22,7 +22,7 @@ from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import GATEWAY, RouterSpec, is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.targets.base import ServedBy
-from sessiongen.targets.endpoints import probe_servers, said_connectors
+from sessiongen.targets.endpoints import Simulation, probe_servers, said_connectors, simulation
 from sessiongen.targets.router import RouterFront, router_log
 
 ARMS = ("off", "on")
@@ -63,6 +63,7 @@ class PairsTarget:
             header=replica_header, fingerprint=bool(replica_names), names=names
         )
         self.servers: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+        self.sim = Simulation()
         self._log_dir: Path | None = None
         self._open: str | None = None
         self._blocks = 0
@@ -83,6 +84,8 @@ class PairsTarget:
         self.routers.preflight(self.placements, source=self.source)
         for arm in ARMS:
             self.servers[arm] = await probe_servers(self.pairs[arm], self.model, [])
+        self.sim = simulation([*self.servers["off"], *self.servers["on"]])
+        self.simulated, self.time_scale = self.sim.simulated, self.sim.time_scale or 1.0
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir
@@ -116,8 +119,7 @@ class PairsTarget:
     def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "kind": self.kind,
-            "simulated": False,
-            "time_scale": 1.0,
+            **self.sim.describe(),
             "replicas": self.n_replicas,
             "endpoints_off": self.pairs["off"],
             "endpoints_on": self.pairs["on"],

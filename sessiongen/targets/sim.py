@@ -2,7 +2,9 @@
 
 Started fresh for every block (so each block starts cold) with its shared cache
 switched to the block's arm; with ``design.restart_between_blocks = false`` one process
-serves every block and its caches are emptied between blocks instead.
+serves every block and its caches are emptied between blocks instead. The simulator's
+handle is held from the moment it is launched, so a replay interrupted while one starts
+stops it like any other.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
-from sessiongen.sim.process import SimHandle, start_sim
+from sessiongen.sim.process import SimHandle, launch_sim
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.router import RouterFront, router_log
 
@@ -66,10 +68,14 @@ class SimTarget:
         shared = cache == "on"
         if self._handle is None:
             log = self._log_dir / f"sim-{self._blocks}.log" if self._log_dir else None
-            self._handle = await asyncio.to_thread(
-                start_sim, self.profile, self.model_name, shared, log_path=log
-            )
-            self._urls = list(self._handle.urls)
+            handle = self._handle = launch_sim(self.profile, self.model_name, shared, log_path=log)
+            try:
+                await asyncio.to_thread(handle.wait_ready)
+            except BaseException:  # failed (it is stopped), or cancelled (stop it now)
+                self._handle = None
+                await asyncio.to_thread(handle.stop)
+                raise
+            self._urls = list(handle.urls)
         else:  # kept running between blocks: switch the arm and drop all caches
             await asyncio.to_thread(self._handle.set_shared_cache, shared)
             await asyncio.to_thread(self._handle.reset, True)

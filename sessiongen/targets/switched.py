@@ -34,7 +34,7 @@ from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import RouterSpec, is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.targets.base import ServedBy
-from sessiongen.targets.endpoints import probe_servers
+from sessiongen.targets.endpoints import Simulation, probe_servers, simulation
 from sessiongen.targets.router import RouterFront, router_log
 
 ARM_PLACEHOLDER = "{arm}"
@@ -103,6 +103,7 @@ class SwitchedTarget:
         self.servers: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []  # one per block: command, outcome, engines
         self._log_dir: Path | None = None
+        self.sim = Simulation()
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
         return list(blocks)
@@ -112,6 +113,8 @@ class SwitchedTarget:
         self.routers.preflight(self.placements, source=self.source)
         gateway = [self.routers.gateway] if self.routers.gateway else []
         self.servers = await probe_servers(self.urls, self.model, gateway)
+        self.sim = simulation(self.servers)
+        self.simulated, self.time_scale = self.sim.simulated, self.sim.time_scale or 1.0
 
     def attach(self, run_dir: Path) -> None:
         self._log_dir = run_dir  # switch-<n>.log, router-<n>.log
@@ -198,8 +201,7 @@ class SwitchedTarget:
     def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "kind": self.kind,
-            "simulated": False,
-            "time_scale": 1.0,
+            **self.sim.describe(),
             "replicas": self.n_replicas,
             "endpoints": self.urls,
             "switch_command": self.command,

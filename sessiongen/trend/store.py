@@ -8,7 +8,7 @@ correctness counts ``cache_failures``, ``off_inconsistent`` and ``on_only``, whi
 :mod:`sessiongen.trend.check` reads with a fallback for files without them) plus the
 run's identity on every row: run id, start time, night (its UTC date), scenario, target kind, and
 ``versions`` (JSON): sessiongen version and git SHA, server versions, the simulator
-profile: whatever can explain a change between two nights.
+profile, a planted fault: whatever can explain a change between two nights.
 
 Runs of different scenarios (name or digest) live in different folders and are never
 compared. Adding a run that is already stored changes nothing (and reads no more than
@@ -93,6 +93,9 @@ def versions_of(meta: RunMeta) -> dict[str, str]:
     for path, value in _leaves(target):
         if "version" in path.lower() and not path.startswith(("profile.", "sim.")):
             out[path] = json.dumps(value) if not isinstance(value, str) else value
+    fault = meta.planted_fault
+    if fault is not None:  # a canary run: a change it shows is the fault, say so
+        out["planted_fault"] = fault
     return out
 
 

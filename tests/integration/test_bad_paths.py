@@ -58,6 +58,8 @@ ROLES: dict[tuple[str, str], str] = {
     ("replay", "scenario_file"): TOML,
     ("replay", "runs_dir"): DIR_OUT,
     ("report", "run_dir"): RUN_IN,
+    ("notebook", "run_dir"): RUN_IN,
+    ("notebook", "output"): FILE_OUT,
     ("compare", "store"): STORE_IN,
     ("pair up", "scenario_file"): TOML,
     ("pair up", "state_dir"): DIR_OUT,
@@ -94,6 +96,8 @@ def command_line(command: str, param: str, value: Path, tmp: Path) -> list[str]:
                 "--no-progress", "--no-report"]  # fmt: skip
     if command == "report":
         return ["report", v]
+    if command == "notebook":
+        return ["notebook", pick("run_dir", RUN), "-o", pick("output", tmp / "nb.html")]
     if command == "compare":
         return ["compare", str(RUN), str(RUN), "--store", v]
     if command in ("pair up", "pair down", "pair status"):

@@ -107,7 +107,7 @@ def test_planted_token_divergence_is_a_cache_failure_with_its_rate(tmp_path: Pat
     assert (eq.compared, eq.ids_differ, eq.failures, eq.verdict) == (32, 4, 4, CACHE_FAILURE)
     b = eq.baseline
     assert (b.pool_compared, b.pool_diverged, b.base_compared, b.base_diverged) == (24, 4, 24, 0)
-    assert b.p_value == pytest.approx(0.0241, abs=1e-3) and b.significant
+    assert b.p_value == pytest.approx(0.0298, abs=1e-3) and b.significant
     assert eq.rate == pytest.approx(4 / 32)
     assert eq.max_logprob_diff == pytest.approx(2.5 - 0.125)
     assert eq.worst is not None and eq.worst["turn"] == 4 and eq.worst["ids_differ"]
@@ -122,7 +122,7 @@ def test_planted_token_divergence_is_a_cache_failure_with_its_rate(tmp_path: Pat
 
 def test_a_few_divergences_within_the_noise_are_reported_not_failed(tmp_path: Path) -> None:
     # One divergence among the ON answers was a cache failure with exit 1 whatever the
-    # noise. Two of 24 pool-served against a clean 24 is p = 0.15: within noise.
+    # noise. Two of 24 pool-served against a clean 24 is p = 0.16: within noise.
     run = analysis.load_run(write_run(tmp_path, with_changes(SPEC, turns=4, diverge=2)))
     c = analysis.correctness(run)
     eq = c.equivalence

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from sessiongen import replay, scenario
+from sessiongen import analysis, replay, scenario
+from sessiongen.cli import cli
 from sessiongen.errors import EndpointError, UserError
+from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.process import SimHandle, start_sim
 from tests.support.fakeserver import ThreadServer, make_app
+from tests.support.paths import ROOT
 
 RAW: dict[str, Any] = {
     "name": "fake",
@@ -113,3 +120,41 @@ def test_endpoints_need_a_cache_arm(tmp_path: Path) -> None:
     opts = replay.ReplayOptions(runs_dir=tmp_path, endpoints=["http://127.0.0.1:9"], progress=False)
     with pytest.raises(UserError, match="--cache on\\|off"):
         replay.replay(sc, opts)
+
+
+@pytest.fixture(scope="module")
+def sim_serve() -> Iterator[SimHandle]:
+    """``sessiongen sim serve`` in a child process at time scale 0.05, reached as endpoints."""
+    with start_sim(SimProfile(time_scale=0.05), "sim-27b", shared_cache=True) as handle:
+        yield handle
+
+
+def test_sim_serve_as_endpoints_is_simulated_in_modeled_seconds(
+    tmp_path: Path, sim_serve: SimHandle
+) -> None:
+    """The issue's case: both replicas say simulated (and now their time scale) in /version;
+    the manifest, the console and the report say SIMULATED and read modeled seconds. The
+    console is not a terminal here: progress is plain lines, never carriage returns."""
+    args = ["replay", str(ROOT / "scenarios/smoke.toml"), "--runs-dir", str(tmp_path)]
+    args += ["--endpoints", ",".join(sim_serve.urls), "--cache", "on"]
+    for item in ("sessions.count=2", "sessions.turns=2", 'placement.policies=["fixed"]'):
+        args += ["--set", item]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    [run_dir] = [p for p in tmp_path.iterdir() if (p / "manifest.json").exists()]
+    target = json.loads((run_dir / "manifest.json").read_text())["target"]
+    assert target["simulated"] is True and target["time_scale"] == 0.05
+    assert target["time_scale_known"] is True and "SIMULATED" in target["note"]
+    assert "Median TTFT per turn, modeled seconds (target: SIMULATED (endpoints))" in result.output
+    assert "\r" not in result.output
+    progress = [line for line in result.output.splitlines() if re.match(r"\[\d+\] fixed", line)]
+    assert progress[0] == "[1] fixed cache=on: 0/4 turns"  # one line as each block starts
+    assert progress[-1].startswith("[2] fixed cache=on: 4/4 turns, ")  # and as it ends
+    assert all(" turns/s, errors 0" in line for line in progress if "4/4" in line)
+    run = analysis.load_run(run_dir)
+    raw = pl.read_parquet(run_dir / "requests.parquet").filter(~pl.col("warmup"))
+    assert run.ok["ttft_s"].sum() == pytest.approx(raw["ttft_s"].sum() / 0.05)
+    report = (run_dir / "report" / "report.md").read_text()
+    assert "target SIMULATED (endpoints), time scale 0.05" in report
+    assert "All durations are modeled seconds" in report and "measured seconds" not in report
+    assert "## Measurement error (simulated target)" in report

@@ -25,6 +25,7 @@ import polars as pl
 import pytest
 
 from sessiongen import analysis, replay, report, scenario
+from sessiongen.analysis.correctness import PASSED
 from sessiongen.launch import commands
 from sessiongen.scenario.spec import ManagedSpec
 from tests.realstack.conftest import StartupClock
@@ -153,11 +154,30 @@ def test_outputs_are_equivalent_across_arms(
     assert (per_turn["spread"] < 1e-3).all()
 
 
+def test_the_healthy_run_passes_the_equivalence_probe_unlabelled(
+    real_run: tuple[Path, pl.DataFrame, dict[str, Any]],
+) -> None:
+    """The clean half of tests/realstack/test_fault.py: the same scenario without a
+    planted fault passes, on the pool-served answers, and says nothing of a fault."""
+    run_dir, _df, manifest = real_run
+    run = analysis.load_run(run_dir)
+    verdicts = analysis.correctness(run)
+    eq = verdicts.equivalence
+    assert (eq.verdict, verdicts.cache_failures, eq.off_inconsistent) == (PASSED, 0, 0)
+    assert eq.exercised >= 4 and eq.evidence == "request"  # turn 2, both ON blocks
+    assert run.meta.planted_fault is None and run.meta.fault_line() is None
+    assert "fault" not in manifest["target"]
+    assert all("fault" not in block for block in manifest["blocks"])
+    argvs = [" ".join(p["argv"]) for b in manifest["target"]["blocks"] for p in b["processes"]]
+    assert not any("Faulty" in a or "kv_connector_module_path" in a for a in argvs)
+
+
 def test_report_on_a_real_run(real_run: tuple[Path, pl.DataFrame, dict[str, Any]]) -> None:
     run_dir, _df, _ = real_run
     path = report.write_report(run_dir)
     text = path.read_text()
     assert "SIMULATED" not in text.split("## ")[0]
+    assert "PLANTED FAULT" not in text
     assert (run_dir / "report" / "summary.csv").is_file()
     run = analysis.load_run(run_dir)
     assert "alternate" in analysis.console_table(run)

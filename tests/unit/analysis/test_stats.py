@@ -115,3 +115,29 @@ def test_holm_adjustment() -> None:
 def test_stable_seed_depends_on_key_only() -> None:
     assert stats.stable_seed(0, "alternate", 3) == stats.stable_seed(0, "alternate", 3)
     assert stats.stable_seed(0, "alternate", 3) != stats.stable_seed(0, "fixed", 3)
+
+
+def test_rate_exceeds_takes_each_column_as_a_sample() -> None:
+    # scipy's boschloo_exact reads columns as the two samples; rows gave 0.049 here.
+    assert stats.rate_exceeds(2, 50, 0, 130) == pytest.approx(0.0566, abs=5e-4)
+    assert stats.rate_exceeds(3, 50, 0, 130) < 0.05 < stats.rate_exceeds(2, 50, 0, 130)
+    assert stats.rate_exceeds(0, 50, 3, 130) == 1.0 and stats.rate_exceeds(5, 0, 0, 10) == 1.0
+    # Fisher's, for large tables, agrees in direction.
+    assert stats.rate_exceeds(30, 1000, 5, 1000) < 1e-4 < stats.rate_exceeds(5, 1000, 30, 1000)
+
+
+def test_rate_exceeds_holds_its_level() -> None:
+    # Exact size: the largest rejection probability over the common rate, 12 vs 24 trials.
+    from scipy.stats import binom
+
+    reject = [
+        (k1, k0)
+        for k1 in range(13)
+        for k0 in range(25)
+        if stats.rate_exceeds(k1, 12, k0, 24) < 0.05
+    ]
+    size = max(
+        sum(binom.pmf(k1, 12, p) * binom.pmf(k0, 24, p) for k1, k0 in reject)
+        for p in [i / 50 for i in range(1, 50)]
+    )
+    assert size <= 0.05

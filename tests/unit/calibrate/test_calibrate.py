@@ -97,7 +97,9 @@ async def test_calibration_recovers_an_injected_client_delay(ref_url: str) -> No
 async def test_burst_measures_every_request(ref_url: str) -> None:
     fig = await calibrate.measure_burst(ref_url, concurrency=8, body_bytes=50_000, rounds=2)
     assert fig["requests"] == 16 and fig["failed"] == 0
-    assert 0 <= fig["added_ttft_p50_ms"] <= fig["added_ttft_p99_ms"] <= fig["added_ttft_max_ms"]
+    assert 0 <= fig["added_ttft_p50_ms"] <= fig["added_ttft_max_ms"]
+    # 16 requests are too few for an honest p90 (64) or p99 (662): none is given.
+    assert fig["added_ttft_p90_ms"] is None and fig["added_ttft_p99_ms"] is None
 
 
 async def test_stream_rate_counts_every_chunk_one_per_read(ref_url: str) -> None:
@@ -113,14 +115,16 @@ def test_calibrate_returns_flat_figures_for_the_manifest() -> None:
     )
     for key in (
         "added_ttft_p50_ms",
-        "added_ttft_p99_ms",
         "added_ttft_max_ms",
-        "burst_added_ttft_p99_ms",
+        "burst_added_ttft_max_ms",
         "lag_max_ms",
         "stream_chunks_per_cpu_s",
     ):
         assert isinstance(out[key], float) and math.isfinite(out[key]), key
+    assert out["requests"] < 662 and out["added_ttft_p99_ms"] is None  # too few for a p99
+    assert out["burst_requests"] == 2 and out["burst_added_ttft_p99_ms"] is None
     assert out["concurrency"] == 2 and out["failed"] == 0 and out["burst_failed"] == 0
+    assert out["verdict"].startswith("the client adds ")
     assert not any(isinstance(v, dict) for v in out.values())  # one table row per key
 
 

@@ -8,8 +8,9 @@ import polars as pl
 import pytest
 
 from sessiongen import scenario
-from sessiongen.analysis import load_run
+from sessiongen.analysis import SESSION_GAIN, load_run, session_speedup
 from sessiongen.capacity.grid import WHATIF_COLUMNS, Vary, configs
+from sessiongen.capacity.plan import whatif_rows
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.cli import main
 from sessiongen.errors import ScenarioError, UserError
@@ -87,6 +88,23 @@ def test_load_queues_sessions_behind_each_other(tmp_path: Path) -> None:
     crowd = first.filter(pl.col("load_level") == 4)
     assert alone["server_queue_s"].max() == 0
     assert crowd["ttft_s"].max() > 2 * alone["ttft_s"].max()
+
+
+def test_the_session_gain_is_replays_whole_session_time(tmp_path: Path) -> None:
+    """One name, one definition: the what-if session gain is what replay's report shows
+    for the same records (whole-session end-to-end time, per load level as the load
+    section takes it), and the TTFT-sum gain is another, larger figure once decoding
+    (which the pool does not shorten) is part of each turn."""
+    sc = smoke("sessions.output_tokens=64", "sessions.count=3", "load.levels=[1, 2]")
+    run = load_run(virtual_replay(sc, tmp_path))
+    assert WHATIF_COLUMNS["session_gain"] == SESSION_GAIN
+    planned = {r["load_level"]: r for r in whatif_rows(run).iter_rows(named=True)}
+    assert sorted(planned) == [1.0, 2.0]
+    for level, row in planned.items():
+        at = run.filter(pl.col("load_level") == level)
+        [replayed] = session_speedup(at)["speedup"].to_list()
+        assert row["session_gain"] == pytest.approx(replayed, rel=1e-12)
+        assert row["ttft_sum_gain"] > row["session_gain"] * 1.05 > 1.05, row
 
 
 def test_routers_are_modeled_and_gateways_refused(tmp_path: Path) -> None:

@@ -338,7 +338,7 @@ def test_interrupt_stops_everything(
     while len(records) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
         if state_file.exists():
-            records = state._records(json.loads(state_file.read_text()))
+            records = state.records(json.loads(state_file.read_text()))
     try:
         assert len(records) == 3
         if mode == "ok":
@@ -394,6 +394,37 @@ def test_pair_down_never_signals_a_reused_pid(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_pair_up_names_each_process_it_prints(
+    tmp_path: Path,
+    fake_python: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sessiongen import cli
+
+    scenario = tmp_path / "t.toml"
+    scenario.write_text(
+        f'name = "t"\n[target]\nkind = "managed"\n[target.managed]\nmodel = "{tmp_path}"\n'
+        "replicas = 2\nstartup_timeout_s = 30\n"
+    )
+    monkeypatch.setattr(
+        state, "ManagedPair", lambda *a, **kw: ManagedPair(*a, **kw, python=fake_python)
+    )
+    state_dir = tmp_path / "state"
+    cli.main(["pair", "up", str(scenario), "--cache", "on", "--state-dir", str(state_dir)])
+    try:
+        printed = capsys.readouterr().out.splitlines()
+        recorded = state.records(json.loads(state.state_path(state_dir).read_text()))
+        assert printed[:3] == [f"{rec.name}: pid {rec.pid} {rec.url}" for rec in recorded]
+        assert [line.split(":")[0] for line in printed[:3]] == [
+            "lmcache",
+            "replica-0",
+            "replica-1",
+        ]
+    finally:
+        assert all(line.endswith("stopped") for line in state.pair_down(state_dir))
 
 
 def test_pair_up_refuses_a_second_pair_and_non_managed_targets(

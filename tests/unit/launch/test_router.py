@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,7 +26,7 @@ from sessiongen.scenario.spec import ManagedSpec
 
 FAKE_ROUTER = textwrap.dedent(
     """
-    import http.server, json, os, sys
+    import http.server, json, os, sys, time
 
     args = sys.argv[1:]
     port = int(args[args.index("--port") + 1])
@@ -36,6 +38,8 @@ FAKE_ROUTER = textwrap.dedent(
     if os.environ.get("FAKE_ROUTER") == "crash":
         print("fake router: no workers reachable", flush=True)
         sys.exit(4)
+    if os.environ.get("FAKE_ROUTER") == "slow":  # never ready
+        time.sleep(600)
     healthy = int(os.environ.get("FAKE_HEALTHY", len(workers)))
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -166,3 +170,41 @@ def test_fingerprint_support_is_probed_on_disk(
         assert commands.fingerprint_supported() is True
     finally:
         commands.fingerprint_supported.cache_clear()
+
+
+def test_a_router_stopped_while_it_starts_leaves_nothing(
+    tmp_path: Path, fake_router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay interrupted while a block's router starts: start() runs in a worker
+    thread, stop() comes from the event loop's thread; both return, nothing is left."""
+    monkeypatch.setenv("FAKE_ROUTER", "slow")
+    spec = RouterSpec(startup_timeout_s=600)
+    router = ManagedRouter("random", WORKERS, spec, tmp_path / "r.log", python=fake_router)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            router.start()
+        except EndpointError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while router.facts().get("pgid") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pgid = router.facts()["pgid"]
+    assert router.stop() in ("stopped", "killed")
+    thread.join(timeout=30)  # the start-up wait gives up, it does not wait 600 s
+    assert not thread.is_alive()
+    assert len(errors) == 1 and "start-up cancelled" in str(errors[0])
+    assert procs.group_members(pgid) == []
+
+
+def test_a_router_stopped_before_it_starts_never_runs(tmp_path: Path, fake_router: str) -> None:
+    """The same race the other way round: stop() got there before start() spawned."""
+    router = ManagedRouter("random", WORKERS, RouterSpec(), tmp_path / "r.log", python=fake_router)
+    router.stop()
+    with pytest.raises(EndpointError, match="start-up cancelled"):
+        router.start()
+    assert not (tmp_path / "r.log").exists()  # nothing was spawned

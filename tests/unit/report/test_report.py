@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import csv
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -89,6 +90,21 @@ def test_problems_come_first(faulty_report: Path, clean_report: Path) -> None:
     assert "Client overhead (calibration)" in clean
 
 
+def test_cautions_of_a_run_without_report_are_the_reports_own(
+    faulty_report: Path, tmp_path: Path
+) -> None:
+    """What the notebook shows (report.run_cautions) for a run with no report yet is what
+    its report then writes to cautions.json; with one, it is read from there."""
+    run_dir = faulty_report.parent.parent
+    bare = tmp_path / run_dir.name
+    shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("report"))
+    written = report.read_cautions(faulty_report.parent)
+    assert written is not None and written["problems"] and written["limits"] == []
+    assert report.run_cautions(bare) == written
+    assert not (bare / "report").exists()  # computed, nothing written
+    assert report.run_cautions(run_dir) == written
+
+
 def test_html_is_self_contained(faulty_report: Path) -> None:
     html = (faulty_report.parent / "report.html").read_text()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
@@ -146,6 +162,7 @@ def test_lag_that_moved_no_figure_is_a_note_not_a_problem(tmp_path: Path) -> Non
     problems = _lagged(tmp_path, slower=1.0)
     assert "None found" in problems
     assert "Event-loop lag: 16 requests were lag-flagged" in problems  # 8 sessions x 2 arms
+    assert "No figure here rests on them" in problems
     assert "moved the median TTFT" not in problems
 
 
@@ -162,7 +179,14 @@ def test_a_pool_slower_than_recomputing_is_reported_as_its_overhead(tmp_path: Pa
     )
     text = report.write_report(write_run(tmp_path, spec)).read_text()
     headline = text[text.index("## Headline") :]
-    assert "Pool overhead: where the interval lies wholly below 1" in headline
-    assert "alternate turn 2 0.90x" in headline and "prompt tokens from the pool" in headline
+    assert "Pool overhead: these turns are surely slower" in headline
+    assert "alternate context 32768 turn 2 0.90x" in headline
+    assert "prompt tokens from the pool" in headline
     clean = report.write_report(write_run(tmp_path / "c", with_changes(spec, speedup={})))
     assert "Pool overhead" not in clean.read_text()
+
+
+def test_the_headline_says_when_its_95_percent_over_covers(clean_report: Path) -> None:
+    headline = clean_report.read_text().split("## Headline", 1)[1].split("\n## ", 1)[0]
+    assert "At 8 sessions these 95% intervals covered" in headline
+    assert "they are conservative" in headline

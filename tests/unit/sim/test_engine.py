@@ -256,13 +256,15 @@ async def test_decode_pace_follows_itl_and_slows_with_batch(sim_servers: SimServ
 async def test_pool_serves_a_prefix_only_once_its_prefill_has_ended(
     sim_servers: SimServers,
 ) -> None:
-    # 32k prefill: 0.5 s wall, ample time to admit the second request while it runs.
-    a, b, c = await sim_servers(SimProfile(time_scale=0.1, replicas=3))
+    # 32k prefill: about 2.5 s wall at time scale 0.5, time to admit the second request
+    # while it runs even on a busy machine (at 0.1, 0.5 s, a load of 7 on 2 cores once
+    # admitted it after the prefill had ended).
+    a, b, c = await sim_servers(SimProfile(time_scale=0.5, replicas=3))
     context = list(range(32_000))
     first = asyncio.create_task(complete(a, context))
     while sample(await scrape(a), "vllm:num_requests_running") < 1:
         await asyncio.sleep(0)
-    during = await complete(b, [*context, 1])  # admitted within a's ~0.1 s prefill
+    during = await complete(b, [*context, 1])  # admitted within a's prefill
     assert during["sim"]["pool_hit_tokens"] == 0  # a's chunks are not computed yet
     await first
     after = await complete(c, [*context, 2])

@@ -1,0 +1,201 @@
+"""A real ``sessiongen replay``, signalled at chosen points of its life, leaves nothing.
+
+Each case runs the smoke scenario (made small) on the embedded simulated pair as a
+subprocess, waits for a point of its life (just started; a block's simulator starting;
+a block serving requests; the report being written), waits a seeded fraction of a
+second more, and sends SIGINT, SIGTERM, SIGHUP, two of them, or SIGKILL. Then every
+process the replay caused, found from ``/proc`` by an environment tag they all inherit
+(whatever their session, process group or parent now), must be gone within a generous
+polled deadline; a replay that could clean up must have exited 128 + the signal, kept
+what it measured and said in its manifest that the run is incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests.support import descendants
+from tests.support.paths import ROOT, SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+SEED = 19
+TURNS = 2
+SESSIONS = 2  # smoke.toml's
+#: Small and short: two blocks (OFF, ON), two turns, the simulator at a quarter of real
+#: time (its requests still take tens of milliseconds: a signal mid-block finds some in
+#: flight).
+OVERRIDES = (
+    'design.blocks=["off","on"]',
+    f"sessions.turns={TURNS}",
+    "target.sim.time_scale=0.25",
+)
+#: Polled deadlines, for a slow and busy 2-core machine; none measures speed.
+EVENT_DEADLINE_S = 180.0  # for the point of life a case waits for
+EXIT_DEADLINE_S = 120.0  # for the replay to finish its clean-up and exit
+GONE_DEADLINE_S = 30.0  # for every process it caused to be gone after it exited
+
+
+@dataclass(frozen=True)
+class Case:
+    phase: str  # early | sim-start | mid-block | report
+    signals: tuple[signal.Signals, ...]
+    workers: int = 1
+    block: int = 1  # sim-start and mid-block: in which block (1: after one was stopped)
+
+    @property
+    def id(self) -> str:
+        sigs = "+".join(s.name for s in self.signals)
+        return f"{self.phase}-{sigs}" + (f"-workers{self.workers}" if self.workers > 1 else "")
+
+
+INT, TERM, HUP, KILL = signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL
+CASES = [
+    Case("early", (TERM,)),
+    Case("sim-start", (INT, TERM)),  # the one seen leaving a simulator behind
+    Case("sim-start", (HUP,)),
+    Case("mid-block", (INT, TERM)),
+    Case("mid-block", (TERM,)),
+    Case("mid-block", (KILL,)),  # nothing can clean up: the children must notice
+    Case("mid-block", (KILL,), workers=2, block=0),
+    Case("report", (INT, INT)),
+]
+
+
+def _manifest(run_dir: Path | None) -> dict[str, Any] | None:
+    if run_dir is None:
+        return None
+    try:
+        data: dict[str, Any] = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):  # not written yet
+        return None
+    return data
+
+
+def _run_dir(runs: Path) -> Path | None:
+    found = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+    return found[0] if found else None
+
+
+def _has_requests(log: Path) -> bool:
+    try:
+        return "prompt_tokens=" in log.read_text()
+    except OSError:
+        return False
+
+
+def _workers_running(tag: str) -> bool:
+    """True once a replay worker (a process of multiprocessing's spawn) carries ``tag``."""
+    for pid in descendants.tagged(tag):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _reached(case: Case, block: int, runs: Path, tag: str) -> bool:
+    """True once the replay is at the point of life ``case`` signals it in."""
+    run_dir = _run_dir(runs)
+    if run_dir is None:
+        return False
+    if case.phase == "sim-start":  # the log is opened just before the child starts
+        return (run_dir / f"sim-{block}.log").exists()
+    if case.phase == "mid-block":  # earlier blocks done, this one serving requests
+        manifest = _manifest(run_dir) or {}
+        blocks = manifest.get("blocks", [])
+        done = len(blocks) > block and all(b["status"] == "ok" for b in blocks[:block])
+        serving = done and _has_requests(run_dir / f"sim-{block}.log")
+        return serving and (case.workers == 1 or _workers_running(tag))
+    if case.phase == "report":
+        return (run_dir / "report").exists()
+    raise AssertionError(case.phase)
+
+
+def _replay(runs: Path, tag: str, case: Case, out: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "sessiongen", "replay", str(SCENARIOS / "smoke.toml")]
+    argv += ["--runs-dir", str(runs), "--no-progress", "--workers", str(case.workers)]
+    argv += ["--report" if case.phase == "report" else "--no-report"]
+    for override in OVERRIDES:
+        argv += ["--set", override]
+    env = {**os.environ, descendants.TAG_VAR: tag, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with open(out, "wb") as sink:
+        return subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.parametrize(("index", "case"), list(enumerate(CASES)), ids=[c.id for c in CASES])
+def test_a_signalled_replay_leaves_no_process_behind(
+    tmp_path: Path, index: int, case: Case
+) -> None:
+    rng = random.Random(f"{SEED}-{index}")
+    block = case.block
+    delay_s = rng.uniform(0.1, 1.5) if case.phase == "early" else rng.uniform(0.0, 0.6)
+    gap_s = rng.uniform(0.02, 0.5)
+    tag, runs, out = descendants.new_tag(), tmp_path / "runs", tmp_path / "out.txt"
+    proc = _replay(runs, tag, case, out)
+    try:
+        if case.phase != "early":
+            deadline = time.monotonic() + EVENT_DEADLINE_S
+            while not _reached(case, block, runs, tag):
+                assert proc.poll() is None, f"replay ended first:\n{out.read_text()}"
+                assert time.monotonic() < deadline, f"never reached {case.phase}"
+                time.sleep(0.02)
+        time.sleep(delay_s)
+        finished_first = proc.poll() is not None  # the report may be written already
+        for i, sig in enumerate(case.signals):
+            if i:
+                time.sleep(gap_s)
+            proc.send_signal(sig)
+        code = proc.wait(timeout=EXIT_DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = descendants.survivors(tag, GONE_DEADLINE_S)
+    descendants.kill(left)
+    text = out.read_text()
+    assert not left, f"left running:\n{descendants.describe(left)}\nreplay said:\n{text}"
+
+    run_dir = _run_dir(runs)
+    manifest = _manifest(run_dir)
+    if case.signals[0] == KILL:
+        assert code == -KILL
+        return
+    assert "Traceback" not in text, text
+    first = case.signals[0]
+    if finished_first:
+        assert code == 0
+    elif manifest is None:  # so early that the interpreter's defaults may still rule
+        assert code in (128 + first, -first), text
+    else:
+        assert code == 128 + first, text
+    if manifest is None or code == 0:
+        return
+    assert manifest["ended_at"] is not None  # the run folder was finalized
+    if case.phase == "report":
+        assert manifest["complete"] is True  # the run itself had finished
+        return
+    assert manifest["complete"] is False
+    if case.phase == "mid-block":
+        assert run_dir is not None
+        statuses = [b["status"] for b in manifest["blocks"]]
+        assert statuses[:block] == ["ok"] * block and statuses[block] == "interrupted"
+        measured = pl.read_parquet(run_dir / "requests.parquet").filter(~pl.col("warmup"))
+        assert measured.filter(pl.col("block") < block).height == block * SESSIONS * TURNS
+        kept = re.search(r"interrupted: kept (\d+) measured requests", text)
+        assert kept is not None and int(kept.group(1)) >= block * SESSIONS * TURNS
