@@ -14,6 +14,7 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from sessiongen import scenario as scenario_mod
 from sessiongen.errors import CacheFailureError, RunDirError, RunFailedError, UserError
 from sessiongen.infra import signals
 from sessiongen.scenario.schema import check_field
-from sessiongen.sim.cli import serve_command
+from sessiongen.sim.cli import serve_command, switch_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,8 +126,32 @@ def generate(
 @click.option(
     "--cache",
     type=click.Choice(["on", "off"]),
-    help="Which shared-cache arm the given endpoints are in.",
+    help="Which shared-cache arm the given endpoints are in (one arm per run; combine "
+    "runs of both arms with sessiongen report RUN_OFF RUN_ON).",
 )
+@click.option(
+    "--endpoints-off",
+    metavar="URL,URL,...",
+    help="A pair without the KV connector: the OFF arm's blocks go there (with --endpoints-on).",
+)
+@click.option(
+    "--endpoints-on",
+    metavar="URL,URL,...",
+    help="A pair with the KV connector: the ON arm's blocks go there (with --endpoints-off).",
+)
+@click.option(
+    "--switch-command",
+    metavar="'CMD {arm}'",
+    help="Run before every block with {arm} = on or off to switch the --endpoints' arm; "
+    "each block waits until they are healthy and report it.",
+)
+@click.option(
+    "--strict-arms",
+    is_flag=True,
+    help="Exit 1 when a block's counters contradict its arm (ON without external hits on "
+    "cross-replica requests, OFF with any).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the blocks and what opens each; run nothing.")
 @click.option(
     "--gateway",
     metavar="URL",
@@ -170,6 +195,11 @@ def replay(
     scenario_file: str,
     endpoints: str | None,
     cache: str | None,
+    endpoints_off: str | None,
+    endpoints_on: str | None,
+    switch_command: str | None,
+    strict_arms: bool,
+    dry_run: bool,
     gateway: str | None,
     session_header: str | None,
     replica_header: str | None,
@@ -192,10 +222,16 @@ def replay(
     With --gateway, turns go to your router and the replica that served each is found
     from the response (--replica-header, or vLLM's system_fingerprint) or, at
     concurrency 1, from the --endpoints' counters; otherwise it is recorded as unknown.
+
+    Both arms on your own replicas: two pairs (--endpoints-off A,B --endpoints-on C,D),
+    or one pair your command switches (--endpoints A,B --switch-command 'CMD {arm}').
+    Every block's arm is checked against its counters; a contradiction is a warning
+    and a Problem in the report, and exit status 1 with --strict-arms.
     """
     from sessiongen import replay as replay_mod
 
     overrides += _router_overrides(gateway, session_header, replica_header, overrides)
+    overrides += _arm_overrides(endpoints_off, endpoints_on, switch_command, strict_arms)
     sc = load_scenario(scenario_file, overrides)
     opts = replay_mod.ReplayOptions(
         runs_dir=Path(runs_dir),
@@ -205,31 +241,79 @@ def replay(
         calibrate=calibrate_first,
         workers=workers,
     )
+    if dry_run:
+        for line in replay_mod.dry_run(sc, opts):
+            click.echo(line)
+        return
     outcome = replay_mod.replay(sc, opts)
     click.echo(f"run: {outcome.run_dir}")
-    wrong = None
+    wrong = mislabeled = None
     if outcome.requests and not outcome.interrupted:
         _summarize(outcome.run_dir, report)
         wrong = _correctness(outcome.run_dir)
+        mislabeled = _arm_check(outcome.run_dir)
     if outcome.interrupted:
         click.echo(f"interrupted: kept {outcome.requests} measured requests", err=True)
         raise SystemExit(signals.exit_status())
+    strict = mislabeled if sc.target.strict_arms else None
     if outcome.failed:
-        raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong])))
+        raise RunFailedError("; ".join(filter(None, [outcome.failure_summary(), wrong, strict])))
     if wrong:
-        raise CacheFailureError(wrong)
+        raise CacheFailureError("; ".join(filter(None, [wrong, strict])))
+    if strict:
+        raise RunFailedError(strict)
+
+
+def _arm_overrides(
+    endpoints_off: str | None,
+    endpoints_on: str | None,
+    switch_command: str | None,
+    strict_arms: bool,
+) -> tuple[str, ...]:
+    """The scenario overrides the arm flags stand for (URL lists validated like a file's)."""
+    out: list[str] = []
+    for flag, key, text in (
+        ("--endpoints-off", "endpoints_off", endpoints_off),
+        ("--endpoints-on", "endpoints_on", endpoints_on),
+    ):
+        urls = _url_list(text, flag, key)
+        if urls is not None:
+            out.append(f"target.{key}={json.dumps(urls)}")
+    if switch_command is not None:
+        check_field(
+            scenario_mod.TargetSpec, "switch_command", switch_command, "--switch-command", "target"
+        )
+        out.append(f"target.switch_command={json.dumps(switch_command)}")
+    if strict_arms:
+        out.append("target.strict_arms=true")
+    return tuple(out)
+
+
+def _arm_check(run_dir: Path) -> str | None:
+    """Print a warning per block whose counters contradict its arm; one line for them."""
+    from sessiongen import analysis
+
+    lines = analysis.mislabeled_arms(analysis.load_run(run_dir))
+    for line in lines:
+        click.echo(f"warning: mislabeled arm: {line}", err=True)
+    if not lines:
+        return None
+    return f"mislabeled arms: {len(lines)} blocks contradict their cache arm; see {run_dir}"
 
 
 def _endpoint_urls(endpoints: str | None) -> list[str] | None:
     """``--endpoints URL,URL``: validated like ``target.endpoints`` in a file, not empty."""
-    if endpoints is None:
+    return _url_list(endpoints, "--endpoints", "endpoints")
+
+
+def _url_list(text: str | None, flag: str, key: str) -> list[str] | None:
+    """``FLAG URL,URL``: validated like ``target.KEY`` in a file, not empty."""
+    if text is None:
         return None
-    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    urls = [u.strip() for u in text.split(",") if u.strip()]
     if not urls:
-        raise click.BadParameter(
-            f"expected URL,URL,..., got {endpoints!r}", param_hint="--endpoints"
-        )
-    return list(check_field(scenario_mod.TargetSpec, "endpoints", urls, "--endpoints", "target"))
+        raise click.BadParameter(f"expected URL,URL,..., got {text!r}", param_hint=flag)
+    return list(check_field(scenario_mod.TargetSpec, key, urls, flag, "target"))
 
 
 def _correctness(run_dir: Path) -> str | None:
@@ -287,12 +371,43 @@ def _summarize(run_dir: Path, report: bool) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False))
-def report(run_dir: str) -> None:
-    """Write RUN_DIR/report/: report.md, report.html, summary.csv and plots (PNG, SVG)."""
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+def report(run_dirs: tuple[str, ...]) -> None:
+    """Write RUN_DIR/report/: report.md, report.html, summary.csv and plots (PNG, SVG).
+
+    Several run folders (RUN_OFF RUN_ON: runs of one scenario, seed and target, each of
+    its own arms) are merged first into a new run folder beside the first (see merge),
+    and the report is that run's.
+    """
     from sessiongen import report as report_mod
 
-    click.echo(f"report: {report_mod.write_report(Path(run_dir))}")
+    run_dir = Path(run_dirs[0])
+    if len(run_dirs) > 1:
+        from sessiongen.records.merge import merge_runs
+
+        run_dir = merge_runs([Path(d) for d in run_dirs])
+        click.echo(f"merged: {run_dir}")
+    click.echo(f"report: {report_mod.write_report(run_dir)}")
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False),
+    help="The new run folder [default: a new run id beside the first run].",
+)
+def merge(run_dirs: tuple[str, ...], output: str | None) -> None:
+    """Combine runs of one design's different arms (RUN_OFF RUN_ON) into one run folder.
+
+    The runs must share scenario, seed and target (a single-arm run per arm, e.g.
+    replay --endpoints A,B --cache off, then --cache on); each run's blocks take their
+    places in the design, so the merged run reads as one run of both arms.
+    """
+    from sessiongen.records.merge import merge_runs
+
+    click.echo(f"merged: {merge_runs([Path(d) for d in run_dirs], output)}")
 
 
 @cli.command()
@@ -426,6 +541,7 @@ def sim() -> None:
 
 
 sim.add_command(serve_command)
+sim.add_command(switch_command)
 
 
 @cli.group()

@@ -5,6 +5,7 @@
 - :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions;
 - :mod:`.drift`: block drift per arm and turn, against each turn's effect;
 - :mod:`.checks`: contamination, attribution, needle grades;
+- :mod:`.arms`: is each block in the cache arm it is labeled with (counters, not labels);
 - :mod:`.prompts`: which requests sent the same prompt, which the shared pool served;
 - :mod:`.correctness`: answers judged against the OFF arm on the same prompt, verdicts;
 - :mod:`.verdicts`: a run's correctness per probe (report, trend, ``replay`` exit status);
@@ -27,6 +28,7 @@ from sessiongen.analysis.adequacy import (
     interval_warnings,
     p90_coverage_note,
 )
+from sessiongen.analysis.arms import arm_check, mislabeled_arms
 from sessiongen.analysis.checks import (
     cache_attribution,
     contamination,
@@ -109,6 +111,7 @@ __all__ = [
     "Needles",
     "Run",
     "RunNoise",
+    "arm_check",
     "arm_turn_table",
     "block_drift",
     "cache_attribution",
@@ -136,6 +139,7 @@ __all__ = [
     "latest_run",
     "load_run",
     "measurement_error",
+    "mislabeled_arms",
     "needle_grades",
     "p90_coverage_note",
     "paired_design",

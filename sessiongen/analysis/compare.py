@@ -591,8 +591,25 @@ def compare_runs(
     verdict = verdict_of(frame["decision"].to_list())
     conf = 1.0 - 2.0 * alpha
     extra = _result_notes(frame, noise, threshold, conf, len(side_a), len(side_b))
-    notes = (*notes, *extra)
+    notes = (*notes, *_arms_note(side_a, side_b), *extra)
     return Comparison(frame, verdict, threshold, conf, noise, notes)
+
+
+def _arms_note(side_a: Sequence[Run], side_b: Sequence[Run]) -> tuple[str, ...]:
+    """Single-arm runs of different arms (an OFF run against an ON run): compare pairs
+    cells of the same arm, so nothing matches; say how to measure the cache instead."""
+    arms = [
+        {c for r in side for c in r.requests["cache"].unique().to_list()}
+        for side in (side_a, side_b)
+    ]
+    if not arms[0] or not arms[1] or not arms[0].isdisjoint(arms[1]):
+        return ()
+    a, b = (", ".join(sorted(x)) for x in arms)
+    return (
+        f"note: RUN_A holds only cache {a} and RUN_B only cache {b}; compare matches cells of "
+        "the same arm, so none match: for the cache's effect, merge them into one run "
+        "(sessiongen report RUN_A RUN_B)",
+    )
 
 
 def _missing_row(

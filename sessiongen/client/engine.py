@@ -12,17 +12,45 @@ profile). Three sources, each optional, later ones filling only what earlier one
   lack the token count, which is then blocks x block size);
 - ``GET /v1/models``: ``max_model_len`` of the served model.
 
+What a replica says of its KV connector (``kv_connector``, :class:`KvConnector`) comes
+from the same answers: ``vllm_config.kv_transfer_config`` of ``/server_info`` (null
+without a connector; only in dev mode), else the simulator's ``sessiongen_sim_info``
+gauge (its ``shared_cache`` label), plus the connector-related metric names that
+``/metrics`` lists. vLLM 0.32 registers ``vllm:external_prefix_cache_*`` with or without
+a connector, and LMCache's multi-process connector adds no metric of its own, so those
+names alone never tell the arm; they are recorded as found.
+
 A server that is not vLLM answers none of them, and its facts are empty.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+SIM_INFO = "sessiongen_sim_info"
+#: Metric families whose presence is recorded as what a replica says of its connector.
+CONNECTOR_METRIC_PREFIXES = (
+    "vllm:external_prefix_cache",
+    "vllm:kv_connector",
+    "vllm:kv_transfer",
+    "vllm:nixl",
+    "lmcache",
+)
+
+
+class KvConnector(TypedDict, total=False):
+    """What a replica says of its KV connector (every key optional)."""
+
+    configured: bool  # a connector is (True) or is not (False) configured, where told
+    connector: str  # its name (kv_transfer_config.kv_connector)
+    role: str  # kv_role
+    source: str  # where ``configured`` comes from: server_info | sessiongen_sim_info
+    metrics: list[str]  # connector-related metric families /metrics lists
 
 
 class EngineFacts(TypedDict, total=False):
@@ -35,6 +63,7 @@ class EngineFacts(TypedDict, total=False):
     max_num_batched_tokens: int  # token budget of one engine step
     max_num_seqs: int  # most requests running at once
     sources: list[str]  # which endpoints answered
+    kv_connector: KvConnector  # what it says of its KV connector
 
 
 def _int(value: Any) -> int | None:
@@ -101,6 +130,51 @@ def from_server_info(info: Any) -> EngineFacts:
     return out
 
 
+def connector_from_server_info(info: Any) -> KvConnector:
+    """``kv_transfer_config`` of ``/server_info?config_format=json`` (empty when absent)."""
+    config = info.get("vllm_config") if isinstance(info, dict) else None
+    if not isinstance(config, dict) or "kv_transfer_config" not in config:
+        return {}
+    transfer = config["kv_transfer_config"]
+    name = transfer.get("kv_connector") if isinstance(transfer, dict) else None
+    out: KvConnector = {"configured": bool(name), "source": "server_info"}
+    if name:
+        out["connector"] = str(name)
+        role = transfer.get("kv_role") if isinstance(transfer, dict) else None
+        if role:
+            out["role"] = str(role)
+    return out
+
+
+def connector_from_metrics(metrics_text: str) -> KvConnector:
+    """Connector-related metric names, and the simulator's shared-cache label."""
+    out: KvConnector = {}
+    names = []
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name.startswith(CONNECTOR_METRIC_PREFIXES) and not family.name.endswith(
+            "_created"  # prometheus_client's creation-time gauge beside every counter
+        ):
+            names.append(family.name)
+        if family.name == SIM_INFO:
+            for sample in family.samples:
+                shared = sample.labels.get("shared_cache")
+                if shared in ("on", "off"):
+                    out["configured"] = shared == "on"
+                    out["source"] = SIM_INFO
+    if names:
+        out["metrics"] = sorted(names)
+    return out
+
+
+def reported_arm(connector: Mapping[str, Any] | None) -> str | None:
+    """The cache arm a replica's :class:`KvConnector` facts say: "on" (a connector is
+    configured), "off" (none is), or None (it does not say)."""
+    configured = (connector or {}).get("configured")
+    if not isinstance(configured, bool):
+        return None
+    return "on" if configured else "off"
+
+
 def from_models(models: Any) -> EngineFacts:
     """``max_model_len`` from ``/v1/models`` (vLLM adds it to each model entry)."""
     data = models.get("data") if isinstance(models, dict) else None
@@ -134,4 +208,8 @@ async def engine_facts(http: aiohttp.ClientSession, base_url: str) -> EngineFact
     out: EngineFacts = {**listed, **counted, **told}  # earlier sources win
     if sources:
         out["sources"] = sources
+    metered = connector_from_metrics(metrics) if isinstance(metrics, str) else KvConnector()
+    connector: KvConnector = {**metered, **connector_from_server_info(info)}
+    if connector:
+        out["kv_connector"] = connector
     return out

@@ -37,6 +37,11 @@ Format history
 - Endpoints that say they are simulated (``/version``): ``target.simulated`` true,
   ``target.time_scale`` theirs, ``target.time_scale_known`` false (and time scale 1)
   when they did not say it; absent, the time scale is known (every older manifest).
+- Later in version 4 (readers need nothing new): target kinds ``endpoint-pairs``
+  (one pair per arm) and ``switched`` (one pair, its arm set by the user's command before
+  every block); blocks may carry ``kv_connector`` (what each replica said of its KV
+  connector) and ``switch``; a run merged from single-arm runs (``sessiongen merge``)
+  has ``merged_from`` and, per block, ``source_run`` and ``source_block``.
 """
 
 from __future__ import annotations
@@ -230,6 +235,10 @@ class BlockEntry(TypedDict):
     startup_s: NotRequired[float | None]
     reset: NotRequired[dict[str, Any]]
     kept: NotRequired[bool]
+    kv_connector: NotRequired[list[dict[str, Any]]]
+    switch: NotRequired[dict[str, Any]]
+    source_run: NotRequired[str]  # merged runs: the run the block came from
+    source_block: NotRequired[int]  # ... and its index there
     fault: NotRequired[dict[str, int]]
 
 
@@ -246,6 +255,10 @@ class BlockFacts(TypedDict, total=False):
     startup_s: float | None  # seconds its freshly started replicas took to become ready
     reset: dict[str, Any]  # caches emptied instead of a restart: how, and the cold probe
     kept: bool  # its replicas were left running for the next block (of the same arm)
+    # What each replica said of its KV connector when the block opened (client.engine's
+    # KvConnector, in URL order; empty where it said nothing).
+    kv_connector: list[dict[str, Any]]
+    switch: dict[str, Any]  # the user's switch command that set the block's arm, and after
     fault: dict[str, int]  # what a planted fault hit in the block (managed: FaultTally)
 
 
@@ -271,6 +284,10 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["reset"] = facts["reset"]
     if "kept" in facts:
         entry["kept"] = facts["kept"]
+    if "kv_connector" in facts:
+        entry["kv_connector"] = facts["kv_connector"]
+    if "switch" in facts:
+        entry["switch"] = facts["switch"]
     if "fault" in facts:
         entry["fault"] = facts["fault"]
 
@@ -298,6 +315,7 @@ class Manifest(TypedDict):
     complete: bool
     loop_lag: NotRequired[dict[str, Any]]
     calibration: NotRequired[dict[str, Any]]
+    merged_from: NotRequired[list[dict[str, Any]]]  # sessiongen merge: the runs combined
 
 
 @dataclass(frozen=True)

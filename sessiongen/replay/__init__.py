@@ -6,9 +6,10 @@
 - :mod:`.runner`: one block's sessions, turn by turn, into request records;
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
 - :mod:`.progress`: the console progress of a block;
-- :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`).
+- :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`);
+  its plan without running it (:func:`dry_run`).
 """
 
-from sessiongen.replay.orchestrator import ReplayOptions, ReplayResult, replay
+from sessiongen.replay.orchestrator import ReplayOptions, ReplayResult, dry_run, replay
 
-__all__ = ["ReplayOptions", "ReplayResult", "replay"]
+__all__ = ["ReplayOptions", "ReplayResult", "dry_run", "replay"]

@@ -415,6 +415,27 @@ class _Replay:
         self.recorder.finish()
 
 
+def dry_run(scenario: Scenario, opts: ReplayOptions) -> list[str]:
+    """The replay's plan, one line per block with what the target does to open it, and
+    how salts are given; nothing is started, sent or written."""
+    target = make_target(scenario, opts.endpoints, opts.cache)
+    plan = plan_blocks(scenario, target.runnable_blocks(scenario.design.blocks))
+    salts = (
+        "one salt for the run (every block starts cold)"
+        if target.restarts
+        else "a fresh salt per block (the replicas cannot be restarted cold)"
+    )
+    lines = [f"target {target.kind}: {len(plan)} blocks, {salts}"]
+    levels = len(load_levels(scenario)) > 1
+    what = "concurrency" if scenario.load.arrival == "closed" else "rate"
+    for b in plan:
+        level = f" {what}={b.level:g}" if levels else ""
+        lines.append(
+            f"[{b.block + 1}] {b.placement}{level} cache={b.cache}: {target.block_action(b.cache)}"
+        )
+    return lines
+
+
 def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
     """Run the whole replay; returns what it produced (also when interrupted)."""
     if opts.workers > 1 and scenario.driver.concurrency < max(2, opts.workers):

@@ -358,11 +358,29 @@ def _trust_problems(run: Run, f: Frames) -> list[Element]:
     return out
 
 
+def _arm_problems(run: Run) -> list[Element]:
+    """Blocks whose own counters contradict their cache arm (:mod:`sessiongen.analysis.arms`)."""
+    check = analysis.arm_check(run)
+    bad = check.filter(pl.col("status") == "mislabeled")
+    if bad.is_empty():
+        return []
+    return [
+        Paragraph(
+            f"Mislabeled arm: {bad.height} of {check.height} blocks are not in the cache arm "
+            "they are labeled with, by what their replicas counted or said: "
+            + "; ".join(bad["evidence"].to_list())
+            + ". Speedups that use these blocks compare something other than the shared cache.",
+            warning=True,
+        ),
+        _show(bad, *[c for c in bad.columns if c != "evidence"]),
+    ]
+
+
 def _problems(run: Run, f: Frames) -> list[Element]:
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
-    found = _trust_problems(run, f) + correct + _measurement_problems(run, f)
+    found = _trust_problems(run, f) + _arm_problems(run) + correct + _measurement_problems(run, f)
     if not found:
         found = [
             Paragraph(

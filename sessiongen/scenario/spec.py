@@ -61,6 +61,12 @@ def _check_env(value: dict[str, str]) -> str | None:
     return None
 
 
+def _check_switch_command(value: str | None) -> str | None:
+    if value is not None and "{arm}" not in value:
+        return "expected a command with {arm} in it (replaced by on or off before each block)"
+    return None
+
+
 def _check_tokenizer(value: str) -> str | None:
     if value in ("cl100k", "server") or value.endswith(".json"):
         return None
@@ -329,16 +335,47 @@ class TargetSpec:
         doc="kind = endpoints: what each endpoint calls itself in replica_header or in "
         "system_fingerprint, in endpoints order (default: its index, or its URL)",
     )
+    endpoints_off: tuple[str, ...] = spec(
+        (),
+        empty="none: one set of endpoints (target.endpoints)",
+        any_order="replica i is the i-th URL",
+        doc="kind = endpoints: replicas without the KV connector, the OFF arm's; with "
+        "endpoints_on, the design's blocks alternate between the two pairs",
+    )
+    endpoints_on: tuple[str, ...] = spec(
+        (),
+        empty="none: one set of endpoints (target.endpoints)",
+        any_order="replica i is the i-th URL",
+        doc="kind = endpoints: replicas with the KV connector (shared cache), the ON arm's",
+    )
+    switch_command: str | None = spec(
+        None,
+        check=_check_switch_command,
+        doc="kind = endpoints: a shell command run before every block, {arm} replaced by "
+        "on or off, that puts target.endpoints in that arm; sessiongen waits until they "
+        "are healthy and report the arm",
+    )
+    switch_timeout_s: float = spec(
+        900.0, gt=0, doc="how long a switch may take: the command, then healthy replicas"
+    )
+    strict_arms: bool = spec(
+        False,
+        doc="replay exits 1 when an arm's counters contradict its label (an ON block whose "
+        "cross-replica requests show no external hits, an OFF block that shows any)",
+    )
     sim: SimProfile = field(default_factory=SimProfile)
     managed: ManagedSpec = field(default_factory=ManagedSpec)
     router: RouterSpec = field(default_factory=RouterSpec)
 
     def __post_init__(self) -> None:
-        if self.kind == "endpoints" and not (self.endpoints or self.gateway):
+        self._check_arms()
+        if self.kind == "endpoints" and not (self.endpoints or self.gateway or self.pairs):
             raise ValueError(
                 "endpoints: expected at least one URL (or a gateway) when kind = endpoints"
             )
         urls = [("endpoints", url) for url in self.endpoints]
+        urls += [("endpoints_off", url) for url in self.endpoints_off]
+        urls += [("endpoints_on", url) for url in self.endpoints_on]
         urls += [("gateway", self.gateway)] if self.gateway is not None else []
         for key, url in urls:
             if not re.match(r"^https?://[^/\s]+", url):
@@ -350,6 +387,41 @@ class TargetSpec:
                 "managed.fault.kind: a fault is planted only in managed replicas "
                 f'(kind = "managed"), got kind = "{self.kind}"'
             )
+
+    @property
+    def pairs(self) -> bool:
+        """Two sets of endpoints, one per cache arm (``endpoints_off``/``endpoints_on``)."""
+        return bool(self.endpoints_off or self.endpoints_on)
+
+    def _check_arms(self) -> None:
+        """How the endpoints' arms are set: one pair per arm, a switch, or neither."""
+        if self.pairs:
+            if not (self.endpoints_off and self.endpoints_on):
+                given, missing = (
+                    ("endpoints_off", "endpoints_on")
+                    if self.endpoints_off
+                    else ("endpoints_on", "endpoints_off")
+                )
+                raise ValueError(f"{missing}: expected URLs too when {given} is given")
+            if len(self.endpoints_off) != len(self.endpoints_on):
+                raise ValueError(
+                    f"endpoints_on: expected as many replicas as endpoints_off "
+                    f"({len(self.endpoints_off)}), got {len(self.endpoints_on)}"
+                )
+            for key, clash in (
+                ("endpoints", bool(self.endpoints)),
+                ("switch_command", self.switch_command is not None),
+                ("cache", self.cache is not None),
+                ("gateway", self.gateway is not None),
+            ):
+                if clash:
+                    raise ValueError(
+                        f"{key}: not with endpoints_off/endpoints_on (each pair is one arm)"
+                    )
+            if self.replica_names and len(self.replica_names) != len(self.endpoints_on):
+                raise ValueError("replica_names: expected one name per replica of a pair")
+        if self.switch_command is not None and self.cache is not None:
+            raise ValueError("cache: not with switch_command (it sets each block's arm)")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@
 
     sessiongen sim serve [--replicas N] [--port BASE] [--host H] [--model NAME]
         [--shared-cache on|off] [--time-scale X] [--set target.sim.PARAM=VALUE ...]
+    sessiongen sim switch --shared-cache on|off URL [URL ...]
+
+``sim switch`` switches replicas that ``sim serve`` runs to the other arm and empties
+every cache, as restarting real replicas with or without the KV connector would: a
+``replay --switch-command`` for the simulator.
 
 Hidden options serve :func:`sessiongen.sim.process.start_sim`, which runs the same
 command in a child process: ``--profile-json`` (a whole profile, under the ``--set``
@@ -22,6 +27,8 @@ from typing import Any
 
 import click
 
+from sessiongen.errors import EndpointError
+from sessiongen.infra.net import http_post_json
 from sessiongen.scenario.schema import apply_overrides, build, parse_override
 from sessiongen.scenario.simprofile import SimProfile
 
@@ -120,3 +127,19 @@ def serve_command(
             on_ready=ready,
             stop_on_stdin_eof=exit_on_stdin_eof,
         )
+
+
+@click.command("switch")
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--shared-cache", type=click.Choice(["on", "off"]), required=True)
+def switch_command(urls: tuple[str, ...], shared_cache: str) -> None:
+    """Switch the simulated replicas at URLS (one sim serve) to --shared-cache and empty
+    every cache and the pool, as restarting real replicas would."""
+    bases = [u.rstrip("/") for u in urls]
+    steps = [(bases[0] + "/sim/config", {"shared_cache": shared_cache == "on"})]
+    steps += [(url + "/sim/reset", {"pool": i == 0}) for i, url in enumerate(bases)]
+    for url, body in steps:
+        status, answer = http_post_json(url, body, timeout_s=10.0)
+        if status != 200:
+            raise EndpointError(f"POST {url}: HTTP {status}: {answer}")
+    click.echo(f"simulated replicas switched to shared cache {shared_cache}: {' '.join(bases)}")

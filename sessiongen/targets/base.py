@@ -58,6 +58,10 @@ class Target(Protocol):
         """A replica whose ``/tokenize`` can count tokens before any block opens, if any."""
         ...
 
+    def block_action(self, cache: str) -> str:
+        """What opening a block of arm ``cache`` does, in words (``replay --dry-run``)."""
+        ...
+
     async def open_block(self, cache: str) -> list[str]:
         """Make replicas ready for a block in cache arm ``cache``; return their base URLs."""
         ...

@@ -2,6 +2,9 @@
 
 They cannot be restarted, so each block gets its own salt and never meets a cache left
 by an earlier block or run; only the blocks of their own arm (``--cache on|off``) run.
+Both arms on one's own replicas: a pair per arm (:mod:`.pairs`), one pair switched by
+the user's command (:mod:`.switched`), or a run per arm merged afterwards
+(:mod:`sessiongen.records.merge`).
 
 A router may stand in front of them: the user's own (``--gateway URL``, placement
 ``gateway``; the replicas' URLs are then optional and serve only to find which replica
@@ -151,34 +154,8 @@ class EndpointsTarget:
                 f"{client_placed[0]!r} sends turns to replicas the client picks: give their "
                 "URLs (--endpoints), or keep only routed placements (gateway, router:POLICY)",
             )
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
         gateway = [self.routers.gateway] if self.routers.gateway else []
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            for url in [*self.urls, *gateway]:
-                facts: dict[str, Any] = {"url": url}
-                try:
-                    async with http.get(url + "/v1/models") as resp:
-                        if resp.status != 200:
-                            raise EndpointError(
-                                f"{url}: GET /v1/models answered HTTP {resp.status}"
-                            )
-                        models = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    raise EndpointError(
-                        f"{url}: unreachable ({type(exc).__name__}: {exc})"
-                    ) from None
-                ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
-                if self.model not in ids:
-                    raise EndpointError(
-                        f"{url}: does not serve model {self.model!r} (it serves {ids}); "
-                        "set model.name in the scenario"
-                    )
-                facts["models"] = models
-                facts["version"] = await _get_json(http, url + "/version")
-                if url not in gateway:
-                    facts["engine"] = await engine_facts(http, url)
-                facts["gateway"] = url in gateway
-                self.servers.append(facts)
+        self.servers = await probe_servers(self.urls, self.model, gateway, timeout_s)
         self.sim = simulation(self.servers)
         self.simulated, self.time_scale = self.sim.simulated, self.sim.time_scale or 1.0
 
@@ -187,6 +164,10 @@ class EndpointsTarget:
 
     def tokenizer_url(self) -> str | None:
         return self.urls[0] if self.urls else self.routers.gateway
+
+    def block_action(self, cache: str) -> str:
+        where = ", ".join(self.urls) or self.routers.gateway or "?"
+        return f"send to the given endpoints ({where}), stated to be cache {cache}"
 
     async def open_block(self, cache: str) -> list[str]:
         return self.urls
@@ -197,7 +178,7 @@ class EndpointsTarget:
 
     async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
-        facts: BlockFacts = {"restarted": False}
+        facts: BlockFacts = {"restarted": False, "kv_connector": said_connectors(self.servers)}
         router = await self.routers.close()
         if router is not None:
             facts["router"] = router
@@ -218,6 +199,47 @@ class EndpointsTarget:
 
     async def close(self) -> None:
         await self.routers.close()
+
+
+async def probe_servers(
+    urls: list[str], model: str, gateway: list[str], timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
+    """Each URL's facts for the manifest (models, version, engine, which is the gateway);
+    a one-line :class:`EndpointError` when one is unreachable or lacks ``model``."""
+    servers: list[dict[str, Any]] = []
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        for url in [*urls, *gateway]:
+            facts: dict[str, Any] = {"url": url}
+            try:
+                async with http.get(url + "/v1/models") as resp:
+                    if resp.status != 200:
+                        raise EndpointError(f"{url}: GET /v1/models answered HTTP {resp.status}")
+                    models = await resp.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise EndpointError(f"{url}: unreachable ({type(exc).__name__}: {exc})") from None
+            ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+            if model not in ids:
+                raise EndpointError(
+                    f"{url}: does not serve model {model!r} (it serves {ids}); "
+                    "set model.name in the scenario"
+                )
+            facts["models"] = models
+            facts["version"] = await _get_json(http, url + "/version")
+            if url not in gateway:
+                facts["engine"] = await engine_facts(http, url)
+            facts["gateway"] = url in gateway
+            servers.append(facts)
+    return servers
+
+
+def said_connectors(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each replica (not a gateway) said of its KV connector, in URL order."""
+    return [
+        dict((s.get("engine") or {}).get("kv_connector") or {})
+        for s in servers
+        if not s.get("gateway")
+    ]
 
 
 async def _get_json(http: aiohttp.ClientSession, url: str) -> Any:

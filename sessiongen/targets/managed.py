@@ -67,6 +67,7 @@ class ManagedTarget:
         self._blocks: list[dict[str, Any]] = []
         self._opened: BlockFacts = {}
         self._block_log_dir: Path | None = None
+        self._connectors: list[dict[str, Any]] = []  # what the pair's replicas said
         self._fault_from: dict[Path, int] = {}  # fault log -> its size when the block opened
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
@@ -80,6 +81,11 @@ class ManagedTarget:
 
     def tokenizer_url(self) -> str | None:
         return None
+
+    def block_action(self, cache: str) -> str:
+        connector = "with" if cache == "on" else "without"
+        again = " (or keep the last one, caches emptied)" if self.reuse else ""
+        return f"start a managed pair {connector} the KV connector{again}"
 
     async def open_block(self, cache: str) -> list[str]:
         base = self._log_dir or Path("runs") / "managed-logs"
@@ -112,6 +118,8 @@ class ManagedTarget:
         if opened["restarted"]:  # what each replica's engine is (sessiongen fit reads it)
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
                 block["engine"] = [await engine_facts(http, url) for url in pair.urls]
+            self._connectors = [dict(e.get("kv_connector") or {}) for e in block["engine"]]
+        opened["kv_connector"] = self._connectors
         self._blocks.append(block)
         return pair.urls
 

@@ -59,6 +59,11 @@ class SimTarget:
     def tokenizer_url(self) -> str | None:
         return None
 
+    def block_action(self, cache: str) -> str:
+        if self.restarts:
+            return f"start the simulated replicas with the shared cache {cache}"
+        return f"keep one simulated process, shared cache {cache}, every cache emptied"
+
     async def open_block(self, cache: str) -> list[str]:
         shared = cache == "on"
         if self._handle is None:

@@ -17,7 +17,8 @@ Before any pair has been measured, the unit is :data:`UNMEASURED_UNIT_S`: only t
 pair start of a session runs under it, as a hang guard. Only pairs of two or more
 replicas are measured (a single replica starts in about half the time). The measured
 start-ups are printed at the end of the session; the whole tier here (eight pair starts:
-launch 2, pressure 2, replay 3, router 1) measured 69 to 135 s per pair and took 16 min.
+launch 2, pressure 2, replay 3, router 1) measured 69 to 135 s per pair and took 16 min,
+before launch's third start (the OFF half of a user's merged design) added about 4 min.
 """
 
 from __future__ import annotations

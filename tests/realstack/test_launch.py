@@ -2,10 +2,16 @@
 
 Slow (a pair took 56 to 154 s to become ready on this project's 2-core machine, about 3
 minutes on a busier one), so marked ``realstack``; skipped when vLLM is not installed.
-Two starts: one cache-ON pair, shared by the tests in this module and stopped by the
-crash test; then a one-replica cache-OFF pair exercises ``pair up/down``, so that at
-most one pair runs at a time. The ON pair is the session's first when the tier runs
-whole: its start-up sets the limits of every later start (see conftest.py).
+Three starts: one cache-ON pair, shared by the tests in this module and stopped by the
+crash test; then a one-replica cache-OFF pair exercises ``pair up/down``; then a
+cache-OFF pair for the OFF half of a user's design, so that at most one pair runs at a
+time. The ON pair is the session's first when the tier runs whole: its start-up sets the
+limits of every later start (see conftest.py).
+
+Both arms on replicas the user runs (issue 20), with one pair start of its own: the ON
+arm is a single-arm run (``replay --endpoints A,B --cache on``) against the shared ON
+pair, the OFF arm one against the OFF pair started last, and the two are merged as
+``sessiongen report RUN_OFF RUN_ON`` would; external hits must show in the ON arm only.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
+from sessiongen import analysis, replay, report
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import EndpointError, MissingDependencyError
 from sessiongen.infra import net, procs
@@ -37,10 +45,12 @@ from sessiongen.launch.tinymodel import (
     build_tiny_model,
     tiny_model_identity,
 )
+from sessiongen.records.merge import merge_runs
 from sessiongen.scenario.spec import ManagedSpec
 from sessiongen.workload.textgen import default_generator
 from sessiongen.workload.tokenize import cl100k
 from tests.realstack.conftest import StartupClock
+from tests.support.paths import ROOT
 
 pytestmark = [
     pytest.mark.realstack,
@@ -252,6 +262,41 @@ def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
     assert pair.ready_s is not None and pair.ready_s > 0
 
 
+SMOKE_CPU = ROOT / "scenarios/smoke-cpu.toml"
+
+
+def replay_one_arm(urls: list[str], cache: str, runs: Path) -> Path:
+    """smoke-cpu's blocks of arm ``cache`` against given replicas, as a user runs them."""
+    sc = scenario_mod.load(SMOKE_CPU)
+    opts = replay.ReplayOptions(runs_dir=runs, endpoints=urls, cache=cache, progress=False)
+    out = replay.replay(sc, opts)
+    assert out.failed == 0, out.failure_summary()
+    return out.run_dir
+
+
+@pytest.fixture(scope="module")
+def on_arm_run(pair: ManagedPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ON half of a user's design, on the shared pair (no pair start of its own)."""
+    return replay_one_arm(pair.urls, "on", tmp_path_factory.mktemp("byo-on"))
+
+
+@pytest.mark.pair_starts(1, work=1)
+def test_a_single_arm_on_run_on_the_pair_checks_its_arm(on_arm_run: Path) -> None:
+    run = analysis.load_run(on_arm_run)
+    check = analysis.arm_check(run)
+    assert check["cache"].to_list() == ["on", "on"] and check["status"].to_list() == ["ok"] * 2
+    # Turn 2 moved to the other replica: its 8k context came from the pool.
+    moved = run.requests.filter(pl.col("turn") == 2)
+    assert moved["cross_replica"].all() and moved.height == 2 * 2
+    assert (moved["external_hit_tokens"] >= 4096).all()
+    # What the replicas say of their connector is in the manifest (names only, outside
+    # dev mode: vLLM lists the external counters with or without a connector).
+    for server in run.meta.target["servers"]:
+        said = server["engine"]["kv_connector"]
+        assert "vllm:external_prefix_cache_hits" in said["metrics"]
+        assert said.get("configured", True) is True
+
+
 @pytest.mark.pair_starts(1)
 def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
     """Runs after the other tests of the shared pair: it stops it."""
@@ -299,3 +344,28 @@ def test_pair_up_status_down_cache_off(
     assert lines and all(line.endswith(("stopped", "killed")) for line in lines)
     assert_all_gone(records)
     assert state.pair_status(tmp_path) == []
+
+
+@pytest.mark.pair_starts(2, work=1)
+def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
+    pair: ManagedPair, on_arm_run: Path, tiny_dir: Path, tmp_path: Path, startup: StartupClock
+) -> None:
+    """The OFF half on a pair without the connector, merged with the ON half."""
+    pair.stop()  # stopped by the crash test already, unless run alone: one pair at a time
+    spec = ManagedSpec(startup_timeout_s=startup.timeout_s())
+    (tmp_path / "logs").mkdir()
+    with ManagedPair(spec, MODEL, False, tmp_path / "logs", tiny_model_dir=tiny_dir) as off:
+        off_run = replay_one_arm(off.urls, "off", tmp_path / "runs")
+    merged = merge_runs([off_run, on_arm_run], tmp_path / "merged")
+    run = analysis.load_run(merged)
+    assert [b["cache"] for b in run.meta.blocks] == ["off", "on", "on", "off"]
+    check = analysis.arm_check(run)
+    assert check["status"].to_list() == ["ok"] * 4, check
+    hits = dict(run.requests.group_by("cache").agg(pl.col("external_hit_tokens").sum()).iter_rows())
+    assert hits["off"] == 0 and hits["on"] >= 2 * 2 * 4096
+    speedups = analysis.speedup_table(run)
+    assert speedups["speedup"].null_count() == 0  # both arms: every cell has a speedup
+    [turn2] = speedups.filter(pl.col("turn") == 2).iter_rows(named=True)
+    assert turn2["speedup"] > 1.0  # the pool served the move to the other replica
+    cautions = report.read_cautions(report.write_report(merged).parent)
+    assert cautions is not None and not any("Mislabeled" in p for p in cautions["problems"])

@@ -93,3 +93,69 @@ def test_engine_facts_merge_the_sources_best_first() -> None:
 
 def test_a_server_that_is_not_vllm_tells_nothing() -> None:
     assert asyncio.run(facts_of(serve({"/other": "x"}))) == {}
+
+
+# What vLLM 0.32 serves in dev mode: kv_transfer_config null without a connector.
+WITH_CONNECTOR = {
+    "vllm_config": {
+        "kv_transfer_config": {
+            "kv_connector": "LMCacheMPConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"lmcache.mp.port": 6555},
+        }
+    }
+}
+WITHOUT_CONNECTOR = {"vllm_config": {"kv_transfer_config": None}}
+EXTERNAL_COUNTERS = (  # as prometheus_client (vLLM's, the simulator's) writes them
+    "# TYPE vllm:external_prefix_cache_hits_total counter\n"
+    'vllm:external_prefix_cache_hits_total{engine="0",model_name="tiny"} 0.0\n'
+    "# TYPE vllm:external_prefix_cache_hits_created gauge\n"
+    'vllm:external_prefix_cache_hits_created{engine="0",model_name="tiny"} 1.7e9\n'
+    "# TYPE vllm:prefix_cache_hits_total counter\n"
+    'vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 0.0\n'
+)
+SIM_INFO = (
+    "# TYPE sessiongen_sim_info gauge\n"
+    'sessiongen_sim_info{model_name="sim-27b",replica="0",shared_cache="off",'
+    'time_scale="0.5",version="0.1"} 1.0\n'
+)
+
+
+def test_server_info_says_whether_a_kv_connector_is_configured() -> None:
+    on = engine.connector_from_server_info(WITH_CONNECTOR)
+    assert on == {
+        "configured": True,
+        "source": "server_info",
+        "connector": "LMCacheMPConnector",
+        "role": "kv_both",
+    }
+    off = engine.connector_from_server_info(WITHOUT_CONNECTOR)
+    assert off == {"configured": False, "source": "server_info"}
+    assert engine.connector_from_server_info(SERVER_INFO) == {}  # config without the key
+    assert engine.connector_from_server_info({"detail": "Not Found"}) == {}
+    assert [engine.reported_arm(c) for c in (on, off, {}, None)] == ["on", "off", None, None]
+
+
+def test_metrics_list_connector_names_and_the_simulator_says_its_arm() -> None:
+    names = engine.connector_from_metrics(EXTERNAL_COUNTERS)
+    # vLLM registers these with or without a connector: recorded, never an arm.
+    assert names == {"metrics": ["vllm:external_prefix_cache_hits"]}
+    assert engine.reported_arm(names) is None
+    sim = engine.connector_from_metrics(SIM_INFO)
+    assert sim == {"configured": False, "source": "sessiongen_sim_info"}
+    assert (
+        engine.reported_arm(engine.connector_from_metrics(SIM_INFO.replace('"off"', '"on"')))
+        == "on"
+    )
+
+
+def test_engine_facts_carry_the_kv_connector_server_info_first() -> None:
+    app = serve({"/server_info": WITH_CONNECTOR, "/metrics": EXTERNAL_COUNTERS + SIM_INFO})
+    facts = asyncio.run(facts_of(app))
+    assert facts["kv_connector"] == {
+        "configured": True,  # /server_info wins over the simulator's label
+        "source": "server_info",
+        "connector": "LMCacheMPConnector",
+        "role": "kv_both",
+        "metrics": ["vllm:external_prefix_cache_hits"],
+    }
