@@ -45,11 +45,18 @@ Key = tuple[str | int, ...]
 #: :func:`test_every_list_field_has_valid_entries` until it has a line here.
 TEXT_ENTRIES: dict[str, tuple[Any, Any]] = {
     "target.endpoints": ("http://127.0.0.1:9001", "http://127.0.0.1:9002"),
+    "target.endpoints_off": ("http://127.0.0.1:9001", "http://127.0.0.1:9002"),
+    "target.endpoints_on": ("http://127.0.0.1:9003", "http://127.0.0.1:9004"),
     "target.replica_names": ("a", "b"),
     "target.managed.vllm_args": ("--enforce-eager", "--seed=1"),
     "target.router.args": ("--cache-threshold", "0.5"),
     "scenario[0].set": ("sessions.count=3", "sessions.turns=2"),
     "scenario": ({"file": str(SMOKE)}, {"file": str(SMOKE), "set": ["sessions.count=3"]}),
+}
+#: Fields valid only beside another: the other, set to valid entries whenever they are.
+COMPANIONS: dict[str, str] = {
+    "target.endpoints_off": "target.endpoints_on",
+    "target.endpoints_on": "target.endpoints_off",
 }
 
 
@@ -224,6 +231,15 @@ def toml_text(data: Mapping[str, Any], prefix: str = "") -> str:
     return "\n".join(lines) + "\n" + "".join(later)
 
 
+def companions(root: Root, f: Field) -> dict[str, Any]:
+    """``root.base`` with the field's companion (:data:`COMPANIONS`) set valid, if any."""
+    other = COMPANIONS.get(f.dotted)
+    if other is None:
+        return root.base
+    key = (*root.prefix, *other.split("."))
+    return with_value(root.base, key, list(TEXT_ENTRIES[other]))
+
+
 @dataclass(frozen=True)
 class Root:
     """A kind of file, how to validate it, and the command line that reads it."""
@@ -289,7 +305,7 @@ def test_a_bad_value_in_the_file_is_one_line_naming_file_and_field(
     monkeypatch.chdir(tmp_path)
     key = (*root.prefix, *field.key)
     path = tmp_path / "bad.toml"
-    path.write_text(toml_text(with_value(root.base, key, value)))
+    path.write_text(toml_text(with_value(companions(root, field), key, value)))
     code, lines = run_cli(root.args(path, tmp_path), capsys)
     dotted = ".".join(map(str, root.prefix)) + "." + field.dotted if root.prefix else field.dotted
     assert_one_line(code, lines, str(path), dotted)
@@ -327,7 +343,7 @@ def test_every_list_field_has_valid_entries() -> None:
                 continue
             seen.append(f.dotted)
             key = (*root.prefix, *f.key)
-            root.validate(with_value(root.base, key, valid_entries(f)))
+            root.validate(with_value(companions(root, f), key, valid_entries(f)))
     assert {"sessions.initial_context_tokens", "scenario", "hit_overhead_tokens"} <= set(seen)
 
 

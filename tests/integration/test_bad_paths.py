@@ -22,6 +22,7 @@ import click
 import pytest
 
 from sessiongen.cli import cli, main
+from tests.support.arms import split_arm
 from tests.support.paths import FIXTURES, ROOT
 from tests.unit.capacity.test_fit import TRUTH, write_probe_run
 
@@ -57,7 +58,9 @@ ROLES: dict[tuple[str, str], str] = {
     ("generate", "output"): FILE_OUT,
     ("replay", "scenario_file"): TOML,
     ("replay", "runs_dir"): DIR_OUT,
-    ("report", "run_dir"): RUN_IN,
+    ("report", "run_dirs"): RUN_IN,
+    ("merge", "run_dirs"): RUN_IN,
+    ("merge", "output"): DIR_OUT,
     ("notebook", "run_dir"): RUN_IN,
     ("notebook", "output"): FILE_OUT,
     ("compare", "store"): STORE_IN,
@@ -96,6 +99,11 @@ def command_line(command: str, param: str, value: Path, tmp: Path) -> list[str]:
                 "--no-progress", "--no-report"]  # fmt: skip
     if command == "report":
         return ["report", v]
+    if command == "merge":
+        if param == "run_dirs":
+            return ["merge", v, str(RUN)]
+        halves = [split_arm(RUN, arm, tmp / "halves") for arm in ("off", "on")]
+        return ["merge", *map(str, halves), "-o", v]
     if command == "notebook":
         return ["notebook", pick("run_dir", RUN), "-o", pick("output", tmp / "nb.html")]
     if command == "compare":
@@ -215,7 +223,7 @@ CASES: dict[str, list[Case]] = {
 PARAMS = [
     pytest.param(command, param, case, id=f"{command} {param}: {case.what}")
     for command, param in path_options()
-    for case in CASES[ROLES.get((command, param), "")] if (command, param) in ROLES
+    for case in CASES.get(ROLES.get((command, param), ""), [])
 ]  # fmt: skip
 
 
