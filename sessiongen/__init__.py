@@ -11,16 +11,18 @@ The front door, what the CLI, the notebook and the nightly job call::
 
 The package follows the data, one subpackage per stage (each ``__init__`` has a map)::
 
-    scenario (TOML) -> workload (sessions) -> replay (+ placement) -> client -> targets
-                                                |            (sim | endpoints | managed,
-                                                |             each behind a router or not)
+    scenario (TOML) -> workload (sessions) -> replay -> client -> targets
+            |                                   |            (sim | endpoints | managed,
+         design (blocks, arrivals, placement)   |             each behind a router or not)
                                          records (Parquet + manifest)
                                                 |
                         analysis (polars) -> report (plots) -> trend (nightly)
 
-with ``infra`` (files, processes, ports), ``sim`` (the simulated replicas), ``launch``
-(real replicas) and ``calibrate`` (the client's own overhead) beside them. Errors are
-in :mod:`sessiongen.errors`.
+``design`` is what replay and the planner (``capacity``: the simulator's engine on a
+virtual clock, beside replay, never importing it) both follow. ``infra`` (files,
+processes, ports, console progress), ``sim`` (the simulated replicas), ``launch`` (real
+replicas) and ``calibrate`` (the client's own overhead) sit beside them. Errors are in
+:mod:`sessiongen.errors`.
 """
 
 from __future__ import annotations

@@ -8,11 +8,15 @@
 - :mod:`.structure`: the pair's structure a profile takes from the run (KV block and
   cache, scheduler limits, LMCache chunk and pool), not fitted;
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
-  simulator's engine, no HTTP), written as a run folder of target kind ``plan``;
+  simulator's engine, no HTTP), written as a run folder of target kind ``plan``; its
+  blocks, arrivals and placements are :mod:`sessiongen.design`'s, as replay's are;
 - :mod:`.routers`: models of vllm-router's policies for routed placements;
 - :mod:`.grid`: ``--vary`` options, the configurations they give, the what-if
   columns' definitions (read by the report stage too);
 - :mod:`.plan`: ``sessiongen plan``: runs the grid, writes the what-if table, per-turn
   Parquet and the report;
 - :mod:`.agreement`: a plan against a replay of the same scenario, per turn.
+
+Nothing here imports :mod:`sessiongen.replay` (``tests/unit/test_layers.py``): the
+planner runs beside the served replay, not on top of it.
 """

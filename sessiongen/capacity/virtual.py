@@ -44,8 +44,12 @@ import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.capacity.routers import MODELED, RouterModel
+from sessiongen.design.arrivals import arrival_offsets, think_times
+from sessiongen.design.blocks import BlockPlan, plan_blocks
+from sessiongen.design.placement import replica_for
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import ensure_dir, output_error
+from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
 from sessiongen.records.format import (
     SCHEMA_VERSION,
@@ -54,10 +58,6 @@ from sessiongen.records.format import (
     RequestRecord,
     frame_of_records,
 )
-from sessiongen.replay.arrivals import arrival_offsets, think_times
-from sessiongen.replay.placement import replica_for
-from sessiongen.replay.plan import BlockPlan, plan_blocks
-from sessiongen.replay.progress import BlockProgress
 from sessiongen.scenario.routerspec import GATEWAY, router_policy
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario

@@ -7,7 +7,9 @@
   with SIGTERM then SIGKILL, no orphans;
 - :mod:`.signals`: SIGTERM and SIGHUP stop as Ctrl-C does; a second signal hurries the
   clean-up, never cuts it short; ``asyncio.run`` whose signals cancel at an ``await``;
-- :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them.
+- :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them;
+- :mod:`.progress`: a block's console progress: a bar on a terminal, bounded plain lines
+  elsewhere (replay's and the planner's).
 
 Nothing here imports any other part of sessiongen but :mod:`sessiongen.errors`.
 """

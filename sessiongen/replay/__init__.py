@@ -1,11 +1,12 @@
 """Replay: run a scenario's sessions against a target, block by block, and record it all.
 
-- :mod:`.plan`: which blocks run, in which order (:class:`~.plan.BlockPlan`);
-- :mod:`.placement`: which replica serves each turn, where the client picks it;
+The run's design (its blocks, arrivals, think times and client placements) is
+:mod:`sessiongen.design`'s, shared with the planner; a block's console progress is
+:mod:`sessiongen.infra.progress`.
+
 - :mod:`.routing`: where each turn goes (a replica, or a router) and which replica served it;
 - :mod:`.runner`: one block's sessions, turn by turn, into request records;
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
-- :mod:`.progress`: the console progress of a block;
 - :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`);
   its plan without running it (:func:`dry_run`).
 """

@@ -30,9 +30,11 @@ from pathlib import Path
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
+from sessiongen.design.blocks import BlockPlan, load_levels, plan_blocks
 from sessiongen.errors import EndpointError, UserError
 from sessiongen.infra import signals
 from sessiongen.infra.files import ensure_dir, output_error
+from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
 from sessiongen.records.format import (
     SCHEMA_VERSION,
@@ -44,8 +46,6 @@ from sessiongen.records.format import (
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
-from sessiongen.replay.plan import BlockPlan, load_levels, plan_blocks
-from sessiongen.replay.progress import BlockProgress
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets import Target, make_target
 from sessiongen.workload.sessions import SessionBuilder

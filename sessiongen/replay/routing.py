@@ -1,7 +1,7 @@
 """Where each turn goes and which replica served it: the routing decision, in one place.
 
 - **Client placements** (``alternate``, ``fixed``, ``random``, ``move-at:K``): the
-  client picks the replica (:func:`~sessiongen.replay.placement.replica_for`) and sends
+  client picks the replica (:func:`~sessiongen.design.placement.replica_for`) and sends
   the turn to it. ``replica_source`` is ``placement``.
 - **Routed placements** (``router:POLICY``, ``gateway``): the turn goes to the block's
   gateway with the session id in ``target.router.session_header`` (and, if asked, in the
@@ -30,8 +30,8 @@ from typing import Protocol
 
 from sessiongen.client import counters
 from sessiongen.client.driver import Client, Result
-from sessiongen.replay.placement import replica_for
-from sessiongen.replay.plan import BlockPlan
+from sessiongen.design.blocks import BlockPlan
+from sessiongen.design.placement import replica_for
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
+from sessiongen.design.arrivals import arrival_offsets, think_times
+from sessiongen.design.blocks import BlockPlan
 from sessiongen.records.format import RequestRecord
 from sessiongen.replay import routing
-from sessiongen.replay.arrivals import arrival_offsets, think_times
-from sessiongen.replay.plan import BlockPlan
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy
 from sessiongen.workload.probes import grade

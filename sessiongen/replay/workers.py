@@ -31,9 +31,9 @@ from typing import Any
 
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
+from sessiongen.design.blocks import BlockPlan
 from sessiongen.errors import SessiongenError
 from sessiongen.records.format import RequestRecord
-from sessiongen.replay.plan import BlockPlan
 from sessiongen.replay.runner import BlockContext, run_sessions
 from sessiongen.scenario.spec import Scenario, from_dict
 from sessiongen.targets.base import ServedBy

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from sessiongen.infra.progress import BlockProgress
 from sessiongen.records.format import RequestRecord
-from sessiongen.replay.progress import BlockProgress
 
 
 def record(ttft_s: float = 0.5, status: str = "ok") -> RequestRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sessiongen.replay.arrivals import arrival_offsets, think_times
+from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.scenario.spec import LoadSpec, SessionsSpec
 
 

@@ -1,5 +1,8 @@
 """A block's progress on the console: turns done, the rate, errors, the running median TTFT.
 
+Replay shows it per block on the simulated or real pair, the planner per block of a
+configuration run alone.
+
 On a terminal it is a progress bar (tqdm), and anything logged meanwhile is written
 above the bar (``logging_redirect_tqdm``), never into one of its frames. Anywhere else
 (CI, ``nohup``, a file) it is plain lines: one when the block starts, one every
@@ -18,17 +21,28 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
-
-from sessiongen.records.format import RequestRecord
 
 #: Seconds between plain progress lines when the console is not a terminal.
 LINE_EVERY_S = 15.0
 #: Seconds between refreshes of the bar's figures (a median over the block each time).
 REFRESH_S = 0.5
+
+
+class Counted(Protocol):
+    """What the progress reads of a request (a :class:`sessiongen.records.format.RequestRecord`
+    has it): named here, so that infrastructure knows no record format."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def ttft_s(self) -> float | None: ...
+    @property
+    def loop_lag_flag(self) -> bool | None: ...
+
 
 BAR_FORMAT = (
     "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} turns [{elapsed}<{remaining}{postfix}]"
@@ -84,7 +98,7 @@ class BlockProgress:
         elif self._lines:
             self._line()
 
-    def update(self, record: RequestRecord) -> None:
+    def update(self, record: Counted) -> None:
         """Count one measured (not warm-up) request and show it where it is due."""
         failed = record.status != "ok"
         self.done += 1

@@ -1,4 +1,4 @@
-"""The plan of a replay: which blocks run, in which order, on which cache arm."""
+"""The blocks of a run (a replay or a plan): which run, in which order, on which cache arm."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessiongen.replay import placement
+from sessiongen.design import placement
 
 
 def sequence(policy: str, session: int, turns: int, n: int, seed: int = 0) -> list[int]:

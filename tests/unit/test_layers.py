@@ -1,0 +1,90 @@
+"""The package's layer rules (CONVENTIONS.md, "The shape"), read off the imports.
+
+Every ``import`` and ``from ... import`` of every module of a subpackage counts, at any
+depth (a function-level import hides a dependency as well as a top-level one), relative
+imports resolved against the module's own package.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.support.paths import ROOT
+
+PACKAGE = ROOT / "sessiongen"
+
+
+def imported_modules(source: str, package: str) -> set[str]:
+    """Every module a module of ``package`` imports (``from a import b`` counts as ``a``
+    and ``a.b``: ``b`` may be a module)."""
+    tree = ast.parse(source)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def imports_of(subpackage: str) -> list[tuple[str, str]]:
+    """``(file, module)`` for every import of every file of ``sessiongen.SUBPACKAGE``."""
+    out = []
+    files = sorted((PACKAGE / subpackage).rglob("*.py"))
+    assert files, subpackage
+    for path in files:
+        package = ".".join(path.relative_to(ROOT).parts[:-1])
+        for module in sorted(imported_modules(path.read_text(encoding="utf-8"), package)):
+            out.append((str(path.relative_to(ROOT)), module))
+    return out
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def offending(subpackage: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``file: module`` for every import of a forbidden package from ``subpackage``."""
+    return [f"{f}: {m}" for f, m in imports_of(subpackage) if within(m, forbidden)]
+
+
+@pytest.mark.parametrize(
+    ("subpackage", "forbidden"),
+    [
+        # the planner runs beside replay, on the sim's engine, not on top of replay
+        ("capacity", ("sessiongen.replay",)),
+        # the design of a run (blocks, arrivals, placements) lies below both of them
+        ("design", ("sessiongen.replay", "sessiongen.capacity", "sessiongen.client")),
+    ],
+)
+def test_no_import_across_a_layer(subpackage: str, forbidden: tuple[str, ...]) -> None:
+    assert offending(subpackage, forbidden) == []
+
+
+def test_infra_imports_only_errors_and_itself() -> None:
+    """As its module map says: infrastructure every stage uses knows none of them."""
+    allowed = ("sessiongen.errors", "sessiongen.infra")
+    found = [
+        f"{f}: {m}"
+        for f, m in imports_of("infra")
+        if within(m, ("sessiongen",)) and m != "sessiongen" and not within(m, allowed)
+    ]
+    assert found == []
+
+
+def test_the_walk_sees_relative_and_nested_imports() -> None:
+    """The checker itself: a relative import and a function-level import both count."""
+    source = "from ..replay import runner\n\ndef f():\n    import sessiongen.replay.routing\n"
+    found = imported_modules(source, "sessiongen.capacity")
+    assert {"sessiongen.replay", "sessiongen.replay.runner", "sessiongen.replay.routing"} <= found
+    assert imported_modules("from . import grid\n", "sessiongen.capacity") >= {
+        "sessiongen.capacity.grid"
+    }
