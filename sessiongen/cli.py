@@ -775,6 +775,26 @@ def fit_cmd(
     show_default=True,
     help="Prompts tokenized exactly, or synthetic keys of the same shape (large runs).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    help="Configurations planned at once, each in its own process (default: this "
+    "machine's cores; each holds one configuration's records in memory).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where configurations run: processes here, or Ray tasks (pip install "
+    "'sessiongen[ray]'; sessiongen installed on every node).",
+)
+@click.option(
+    "--address",
+    metavar="ADDR",
+    help="The Ray cluster to use (ray.init's address: auto, ray://HOST:10001); default: "
+    "RAY_ADDRESS, else a local Ray instance.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @set_option
 def plan_cmd(
@@ -783,6 +803,9 @@ def plan_cmd(
     profile: str | None,
     runs_dir: str,
     tokens: str,
+    jobs: int | None,
+    executor: str,
+    address: str | None,
     progress: bool,
     overrides: tuple[str, ...],
 ) -> None:
@@ -795,13 +818,19 @@ def plan_cmd(
     """
     from sessiongen.capacity import plan as plan_mod
     from sessiongen.capacity.grid import Config, Vary
+    from sessiongen.capacity.sweep import Executor, SweepOptions
     from sessiongen.capacity.virtual import Tokens
 
     parsed = [Vary.parse(v) for v in varies]
     sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
+    total = 1
+    for v in parsed:
+        total *= len(v.values)
+    finished: list[int] = []
 
     def done(config: Config, run_dir: Path) -> None:
-        click.echo(f"[{config.index + 1}] {config.label}: {run_dir}")
+        finished.append(config.index)
+        click.echo(f"[{len(finished)}/{total}] {config.label}: {run_dir}")
 
     out = plan_mod.plan(
         scenario_file,
@@ -810,6 +839,7 @@ def plan_cmd(
         runs_dir=Path(runs_dir),
         tokens=cast(Tokens, tokens),
         progress=progress,
+        sweep=SweepOptions(jobs, cast(Executor, executor), address),
         on_config=done,
     )
     click.echo(plan_mod.console_table(out, parsed))

@@ -13,6 +13,8 @@
 - :mod:`.routers`: models of vllm-router's policies for routed placements;
 - :mod:`.grid`: ``--vary`` options, the configurations they give, the what-if
   columns' definitions (read by the report stage too);
+- :mod:`.sweep`: a grid's independent configurations spread over this machine's cores
+  (a process pool) or a Ray cluster, results in grid order whatever finishes first;
 - :mod:`.plan`: ``sessiongen plan``: runs the grid, writes the what-if table, per-turn
   Parquet and the report;
 - :mod:`.agreement`: a plan against a replay of the same scenario, per turn.

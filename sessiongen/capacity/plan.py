@@ -17,6 +17,10 @@ The session gain is replay's, computed by the same function
 (:func:`sessiongen.analysis.latency.session_speedup` on the modeled end-to-end times),
 so a plan and a replay of one scenario name and mean the same figure.
 
+The configurations run in parallel (:mod:`.sweep`: this machine's cores by default,
+or a Ray cluster), each seeded by its own scenario, so the tables are the same whatever
+the executor and the number of jobs.
+
 Every figure is the model's, for one seeded arrival sequence: nothing here is measured.
 """
 
@@ -30,7 +34,15 @@ import polars as pl
 
 from sessiongen.analysis.latency import session_speedup
 from sessiongen.capacity.grid import Config, Vary, configs
-from sessiongen.capacity.virtual import Tokens, virtual_replay
+from sessiongen.capacity.sweep import SweepOptions, run_all
+from sessiongen.capacity.virtual import (
+    ConfigTask,
+    PlannedRun,
+    Tokens,
+    check_plannable,
+    plan_config,
+    write_run,
+)
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
@@ -45,31 +57,45 @@ def plan(
     runs_dir: Path = Path("runs"),
     tokens: Tokens = "auto",
     progress: bool = False,
+    sweep: SweepOptions | None = None,
     on_config: Callable[[Config, Path], None] | None = None,
 ) -> Path:
-    """Run the grid; write the plan folder (module doc); return its path."""
+    """Run the grid, its configurations spread out as ``sweep`` says (:mod:`.sweep`;
+    default: over this machine's cores); write the plan folder (module doc); return its path.
+
+    Block progress bars show only when the configurations run one after another in
+    this process; otherwise ``on_config`` (called as each configuration finishes, in
+    whatever order) is the progress. Each configuration's run folder is written here,
+    whichever process or node planned it.
+    """
+    sweep = sweep or SweepOptions()
+    sweep.check()
     grid = configs(path, overrides, varies)
+    for config in grid:  # before anything runs, and here rather than in a worker
+        check_plannable(config.scenario)
     name = grid[0].scenario.name
     out = ensure_dir(runs_dir) / f"plan-{io.new_run_id(name)}"
     try:
         out.mkdir()
     except OSError as exc:
         raise output_error(out, exc) from None
+    ensure_dir(out / "configs")
+    alone = sweep.executor == "local" and sweep.workers(len(grid)) == 1
+    tasks = [ConfigTask(c.scenario, c.folder, tokens, progress and alone) for c in grid]
+    run_dirs: dict[int, Path] = {}
+
+    def finished(i: int, planned: PlannedRun) -> None:
+        run_dirs[i] = write_run(out / "configs" / grid[i].folder, planned)
+        if on_config is not None:
+            on_config(grid[i], run_dirs[i])
+
+    run_all(plan_config, tasks, sweep, finished)
     turns, rows = [], []
-    for config in grid:
-        run_dir = virtual_replay(
-            config.scenario,
-            out / "configs",
-            run_id=config.folder,
-            tokens=tokens,
-            progress=progress,
-        )
-        run = load_run(run_dir)
+    for config in grid:  # in grid order, whatever order they finished in
+        run = load_run(run_dirs[config.index])
         tag = {"config": config.index, "label": config.label, **config.values}
         turns.append(turn_table(run).with_columns(*_lits(tag)))
         rows.append(whatif_rows(run).with_columns(*_lits(tag)))
-        if on_config is not None:
-            on_config(config, run_dir)
     front = ["config", "label", *(v.key for v in varies)]
     turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
     whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)
@@ -107,8 +133,13 @@ def turn_table(run: Run) -> pl.DataFrame:
     for col in ("ttft_p50_s_off", "ttft_p50_s_on"):
         if col not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
-    return wide.with_columns(
-        (pl.col("ttft_p50_s_off") / pl.col("ttft_p50_s_on")).alias("pool_gain")
+    # the pivot's columns follow the order the groups came in, which varies run to run
+    arms = [f"{v}_{c}" for v in ("ttft_p50_s", "ttft_p90_s", "n") for c in ("off", "on")]
+    return wide.select(
+        *ARM,
+        "turn",
+        *(c for c in arms if c in wide.columns),
+        (pl.col("ttft_p50_s_off") / pl.col("ttft_p50_s_on")).alias("pool_gain"),
     ).sort([*ARM, "turn"])
 
 

@@ -571,6 +571,14 @@ def plan_target(scenario: Scenario, mode: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """A planned run before it is written: its manifest and its request records."""
+
+    manifest: Manifest
+    requests: pl.DataFrame
+
+
 def virtual_replay(
     scenario: Scenario,
     runs_dir: Path,
@@ -582,11 +590,38 @@ def virtual_replay(
     """Replay ``scenario`` on the virtual clock (module doc); returns the run folder."""
     check_plannable(scenario)
     run_id = run_id or io.new_run_id(scenario.name)
-    run_dir = ensure_dir(runs_dir) / run_id
+    run_dir = _new_folder(ensure_dir(runs_dir) / run_id)
+    return write_run(run_dir, plan_run(scenario, run_id=run_id, tokens=tokens, progress=progress))
+
+
+def _new_folder(run_dir: Path) -> Path:
     try:
         run_dir.mkdir()
     except OSError as exc:
         raise output_error(run_dir, exc) from None
+    return run_dir
+
+
+def write_run(run_dir: Path, planned: PlannedRun) -> Path:
+    """Write a planned run as a run folder (``requests.parquet``, ``manifest.json``),
+    creating ``run_dir`` unless it exists; returns it."""
+    if not run_dir.is_dir():
+        _new_folder(run_dir)
+    io.atomic_write_parquet(run_dir / "requests.parquet", planned.requests)
+    io.write_manifest(run_dir, planned.manifest)
+    return run_dir
+
+
+def plan_run(
+    scenario: Scenario,
+    *,
+    run_id: str,
+    tokens: Tokens = "auto",
+    progress: bool = False,
+) -> PlannedRun:
+    """Every block of ``scenario`` on the virtual clock, kept in memory (nothing written:
+    a sweep's worker on another machine hands it back to be written where the user is)."""
+    check_plannable(scenario)
     salt = os.urandom(6).hex()
     world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
     prompts = Prompts(scenario, world, salt, tokens)
@@ -652,8 +687,23 @@ def virtual_replay(
         entry["modeled_s"] = took
         manifest["blocks"].append(entry)
         start += took
-    io.atomic_write_parquet(run_dir / "requests.parquet", writer.frame())
     manifest["ended_at"] = io.now_iso()
     manifest["complete"] = True
-    io.write_manifest(run_dir, manifest)
-    return run_dir
+    return PlannedRun(manifest, writer.frame())
+
+
+@dataclass(frozen=True)
+class ConfigTask:
+    """One configuration as a sweep's worker runs it: its scenario and run id."""
+
+    scenario: Scenario
+    run_id: str
+    tokens: Tokens
+    progress: bool
+
+
+def plan_config(task: ConfigTask) -> PlannedRun:
+    """One configuration on the virtual clock, in memory: a sweep's task, here rather
+    than in :mod:`.plan` so a worker process imports the engine, not the report stack
+    (1.9 s against 8 s on this machine)."""
+    return plan_run(task.scenario, run_id=task.run_id, tokens=task.tokens, progress=task.progress)
