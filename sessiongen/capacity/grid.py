@@ -25,16 +25,48 @@ WHATIF_COLUMNS = {
     "ttft_sum_gain": "the same ratio of the whole-session TTFT sum (prefill and queueing "
     "only, the part the pool shortens; no decode)",
     "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
-    "ttft_p50_off_s": "median TTFT over every turn, pool off",
-    "ttft_p50_on_s": "median TTFT over every turn, pool on",
-    "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on",
+    "ttft_p50_off_s": "median TTFT over every turn, pool off, modeled s",
+    "ttft_p50_on_s": "median TTFT over every turn, pool on, modeled s",
+    "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on, modeled s",
     "good_turns_off": "share of turns with TTFT within the objective, pool off",
     "good_turns_on": "share of turns with TTFT within the objective, pool on",
     "local_hit_rate_on": "prompt tokens served from the replica's own cache, pool on",
     "pool_hit_rate_on": "prompt tokens served from the shared pool, pool on",
-    "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on",
+    "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on, "
+    "modeled s",
     "requests": "requests of the configuration and placement, both arms",
 }
+
+
+#: What the columns that name a what-if row mean (the varied keys aside).
+ROW_COLUMNS = {
+    "config": "the configuration's number; its run folder is configs/NN-...",
+    "placement": "where each turn goes (a client placement, or router:POLICY)",
+    "context_tokens": "the sessions' initial context, tokens",
+}
+
+
+def level_name(arrival: str) -> str:
+    """What a load level is: a concurrency (closed loop) or a start rate (open loop)."""
+    return "concurrency" if arrival == "closed" else "sessions/s"
+
+
+def describe_columns(
+    columns: Sequence[str], varies: Sequence[Vary], arrival: str
+) -> list[tuple[str, str]]:
+    """``(column, meaning)`` for each of ``columns``, in their order: the list a report
+    prints beside its table, built from the table itself so the two cannot drift (a
+    column nobody described is a :class:`KeyError`)."""
+    varied = {v.key for v in varies}
+    level = (
+        "sessions in flight at once (closed loop)"
+        if arrival == "closed"
+        else "new sessions per modeled second (open loop)"
+    )
+    meanings = {**ROW_COLUMNS, "load_level": level, **WHATIF_COLUMNS}
+    return [
+        (c, "varied: this configuration's value" if c in varied else meanings[c]) for c in columns
+    ]
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from sessiongen.capacity.virtual import (
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
-from sessiongen.report.whatif import write_whatif_report
+from sessiongen.report.whatif import whole_levels, write_whatif_report
 
 
 def plan(
@@ -203,7 +203,7 @@ def whatif_rows(run: Run) -> pl.DataFrame:
 
 def console_table(out: Path, varies: Sequence[Vary]) -> str:
     """The what-if table as text: per configuration and placement, the headline figures."""
-    whatif = pl.read_parquet(out / "whatif.parquet")
+    whatif = whole_levels(pl.read_parquet(out / "whatif.parquet"))
     keys = [v.key for v in varies]
     shown = whatif.select(
         *keys,

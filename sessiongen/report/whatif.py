@@ -3,22 +3,26 @@
 What a capacity planner reads first: per configuration and placement, the pool's gain
 in whole-session time, the typical later turn's gain, TTFT with the pool on and off,
 goodput against the scenario's objective, hit rates and queueing; then the gain and
-TTFT against the first varied key (one line per placement, and per value of the other
-varied keys), and every configuration's run folder for the details. Every figure is
-the simulator's, on a virtual clock: the report says so at the top.
+TTFT against the first varied key (one colour per line, a line per value of whatever
+else varies: the other varied keys, placement, context, load level, each named in the
+legend; one line style per cache arm), what each column of the table means (listed
+from the table itself), and every configuration's ``sessiongen report`` command with
+a path that works where ``plan`` ran. Every figure is the simulator's, on a virtual
+clock: the report says so at the top.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from sessiongen.capacity.grid import WHATIF_COLUMNS, Config, Vary
+from sessiongen.capacity.grid import Config, Vary, describe_columns, level_name
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
 from sessiongen.report.document import (
@@ -31,10 +35,18 @@ from sessiongen.report.document import (
     to_html,
     to_markdown,
 )
-from sessiongen.report.plots import CACHE_STYLE, COLORS, OUTSIDE
+from sessiongen.report.plots import COLORS, OUTSIDE
 
-#: Marker per value of the varied keys other than the x axis's.
+#: Line style and marker face per cache arm: the arm reads off the line and off its
+#: markers (a dashed line with hollow markers is pool off), at any legend size.
+ARM_STYLE: dict[str, tuple[Literal["--", "-"], str | None]] = {
+    "off": ("--", "white"),
+    "on": ("-", None),
+}
+#: Marker per series, after the colours run out.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+#: What a varied key's values are measured in, by the key's ending.
+UNITS = (("_gib", "GiB"), ("_tokens", "tokens"), ("_s", "modeled s"))
 
 
 def _as_number(values: Sequence[str]) -> list[float] | None:
@@ -44,63 +56,106 @@ def _as_number(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def _series_key(row: dict[str, Any], others: Sequence[str]) -> str:
-    parts = [str(row["placement"])]
-    parts += [f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in others]
-    if row.get("contexts", 1) > 1:
-        parts.append(f"{row['context_tokens']} tok")
-    if row.get("levels", 1) > 1:
-        parts.append(f"@ {row['load_level']:g}")
-    return ", ".join(parts)
+def _number(value: float) -> str:
+    """A load level or a value as written: integers without decimals."""
+    return f"{value:g}"
 
 
-def whatif_figure(whatif: pl.DataFrame, varies: Sequence[Vary], note: str) -> Figure:
-    """Pool gain (whole session) and median TTFT against the first varied key."""
-    fig, (gain, ttft) = figures.panels("What if: the pool's gain and TTFT", ncols=2, note=note)
-    fig.subplots_adjust(wspace=0.3)  # room for the right panel's own y label
+def axis_label(key: str) -> str:
+    """The varied key, with its unit where its name says it (``..._gib``: GiB)."""
+    unit = next((u for end, u in UNITS if key.endswith(end)), None)
+    return f"{key} ({unit})" if unit else key
+
+
+def series_label(row: dict[str, Any], parts: Sequence[str], level: str) -> str:
+    """A line's name: the value of each key that tells the lines apart, named
+    (``placement alternate, replicas=4, concurrency 8``)."""
+    out = []
+    for part in parts:
+        if part == "placement":
+            out.append(str(row["placement"]))
+        elif part == "context_tokens":
+            out.append(f"context {row['context_tokens']} tokens")
+        elif part == "load_level":
+            value = _number(row["load_level"])
+            out.append(f"concurrency {value}" if level == "concurrency" else f"{value} {level}")
+        else:
+            out.append(f"{part.rsplit('.', 1)[-1]}={row[part]}")
+    return ", ".join(out) or "as given"
+
+
+def whatif_figure(
+    whatif: pl.DataFrame, varies: Sequence[Vary], note: str, *, arrival: str = "closed"
+) -> Figure:
+    """Pool gain (whole session) and median TTFT against the first varied key: one
+    colour per line (a value of every other key that varies: the other varied keys,
+    placement, context, load level), one line style per cache arm."""
     x_key = varies[0].key if varies else "label"
-    others = [v.key for v in varies[1:]]
+    parts = [
+        k
+        for k in ("placement", *(v.key for v in varies[1:]), "context_tokens", "load_level")
+        if whatif[k].n_unique() > 1
+    ]
+    level = level_name(arrival)
+    title = f"What if: the pool's gain and median TTFT against {x_key}"
+    if parts:
+        title += f"\none line per {', '.join(_part_name(p, level) for p in parts)}"
+    fig, (gain, ttft) = figures.panels(title, ncols=2, note=note, margin=(5.2, 1.9))
+    fig.subplots_adjust(wspace=0.3, right=0.72)  # room for the right panel's y label, legends
     order = list(dict.fromkeys(whatif[x_key].cast(pl.String).to_list()))
     numeric = _as_number(order)
-    frame = whatif.with_columns(
-        pl.col("context_tokens").n_unique().alias("contexts"),
-        pl.col("load_level").n_unique().alias("levels"),
-    )
     series: dict[str, list[dict[str, Any]]] = {}
-    marks: dict[str, str] = {}
-    for row in frame.iter_rows(named=True):
-        series.setdefault(_series_key(row, others), []).append(row)
-        rest = _series_key({**row, "placement": ""}, others)
-        marks.setdefault(rest, MARKERS[len(marks) % len(MARKERS)])
-    placements = sorted(whatif["placement"].unique().to_list())
-    for name, rows in series.items():
+    for row in whatif.iter_rows(named=True):
+        series.setdefault(series_label(row, parts, level), []).append(row)
+    lines = []
+    for i, (name, rows) in enumerate(series.items()):
         rows.sort(key=lambda r: order.index(str(r[x_key])))
         xs: list[Any] = [str(r[x_key]) for r in rows]
         if numeric is not None:
             xs = [float(x) for x in xs]
-        colour = COLORS[placements.index(rows[0]["placement"]) % len(COLORS)]
-        marker = marks[_series_key({**rows[0], "placement": ""}, others)]
-        gain.plot(xs, [r["session_gain"] for r in rows], marker=marker, color=colour, label=name)
-        for cache in ("off", "on"):
+        colour = COLORS[i % len(COLORS)]
+        marker = MARKERS[(i // len(COLORS)) % len(MARKERS)]
+        (line,) = gain.plot(
+            xs, [r["session_gain"] for r in rows], marker=marker, color=colour, label=name
+        )
+        lines.append(line)
+        for cache, (style, face) in ARM_STYLE.items():
             ttft.plot(
                 xs,
                 [r[f"ttft_p50_{cache}_s"] for r in rows],
                 marker=marker,
+                markerfacecolor=face or colour,
                 color=colour,
-                linestyle=CACHE_STYLE[cache],
-                label=f"{name}, pool {cache}",
+                linestyle=style,
             )
     gain.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
-    gain.set_ylabel("session gain (whole-session time OFF / ON)")
-    ttft.set_ylabel("median TTFT (modeled s, log)")
+    gain.set_ylabel("session gain (whole-session time OFF / ON, ratio)")
+    ttft.set_ylabel("median TTFT (modeled s, log scale)")
     figures.log_axis(ttft, "y")
     for ax in (gain, ttft):
-        ax.set_xlabel(x_key)
+        ax.set_xlabel(axis_label(x_key))
         if numeric is not None and all(x.is_integer() for x in numeric):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if series:
-        ttft.legend(**OUTSIDE)
+    arms = [
+        Line2D([], [], color="#333333", linestyle=style, marker="o",
+               markerfacecolor=face or "#333333", label=f"pool {cache}")
+        for cache, (style, face) in ARM_STYLE.items()
+    ]  # fmt: skip
+    right = ttft.legend(handles=arms, title="cache arm", handlelength=3.5, **OUTSIDE)
+    ttft.add_artist(right)
+    if len(lines) > 1:
+        ttft.legend(
+            handles=lines,
+            title=", ".join(_part_name(p, level) for p in parts) or "configuration",
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 0.62),
+        )
     return fig
+
+
+def _part_name(part: str, level: str) -> str:
+    return {"context_tokens": "context", "load_level": level}.get(part, part)
 
 
 def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
@@ -125,7 +180,27 @@ def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
     frame = whatif.select([c for c in keep if c in whatif.columns])
     if frame["good_turns_on"].null_count() == frame.height:
         frame = frame.drop("good_turns_off", "good_turns_on")
+    return whole_levels(frame)
+
+
+def whole_levels(frame: pl.DataFrame) -> pl.DataFrame:
+    """Load levels as integers where they all are (concurrencies: 8, not 8.000)."""
+    if "load_level" not in frame.columns or frame.is_empty():
+        return frame
+    levels = frame["load_level"].drop_nulls()
+    if (levels == levels.round(0)).all():
+        return frame.with_columns(pl.col("load_level").cast(pl.Int64))
     return frame
+
+
+def command_path(path: Path) -> str:
+    """A path as the user can type it where they ran ``plan``: relative to that folder
+    when inside it, else absolute (never relative to the report's own folder)."""
+    absolute = path.resolve()
+    try:
+        return str(absolute.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(absolute)
 
 
 def write_whatif_report(
@@ -144,6 +219,8 @@ def write_whatif_report(
         f"PLANNED (virtual clock, not measured): {first.name}, "
         f"profile {Path(given).name if given else 'built-in (study)'}"
     )
+    arrival = first.load.arrival
+    table = _table(whatif, varies)
     blocks: list[Element] = [
         Heading(f"sessiongen plan: {first.name}", 1),
         Paragraph(
@@ -158,20 +235,23 @@ def write_whatif_report(
             + (f", varying {', '.join(v.key for v in varies)}." if varies else ".")
         ),
         Heading("What if"),
-        Table(_table(whatif, varies), max_rows=200),
+        Table(table, max_rows=200),
     ]
     if len(grid) > 1:
-        png, _svg = figures.save_png_svg(whatif_figure(whatif, varies, note), report, "whatif")
-        blocks.append(Image(png, "pool gain and median TTFT against the varied key"))
+        figure = whatif_figure(whatif, varies, note, arrival=arrival)
+        png, _svg = figures.save_png_svg(figure, report, "whatif")
+        blocks.append(Image(png, f"pool gain and median TTFT against {varies[0].key}"))
     blocks += [
         Heading("Columns"),
-        Bullets(tuple(f"{k}: {v}" for k, v in WHATIF_COLUMNS.items())),
+        Bullets(tuple(f"{k}: {v}" for k, v in describe_columns(table.columns, varies, arrival))),
         Heading("Per turn"),
-        Table(turns.drop("label"), max_rows=200),
+        Table(whole_levels(turns.drop("label")), max_rows=200),
         Heading("Configurations"),
+        Paragraph(f"Commands as typed in {Path.cwd()}, where plan ran:"),
         Bullets(
             tuple(
-                f"{c.index}: {c.label} -> configs/{c.folder} (sessiongen report configs/{c.folder})"
+                f"{c.index}: {c.label} -> sessiongen report "
+                f"{command_path(out / 'configs' / c.folder)}"
                 for c in grid
             )
         ),
