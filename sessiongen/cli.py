@@ -813,8 +813,10 @@ def plan_cmd(
 
     Replays SCENARIO_FILE once per combination of the --vary values, on the same engine
     as the simulated pair, and writes runs/plan-.../ with one run folder per
-    configuration, whatif.parquet, turns.parquet and a report. Every figure is the
-    simulator's (fit it to your hardware with sessiongen fit), never a measurement.
+    configuration, whatif.parquet, turns.parquet and a report. Configurations run in
+    parallel, over this machine's cores (--jobs) or as Ray tasks (--executor ray); the
+    tables are the same either way. Every figure is the simulator's (fit it to your
+    hardware with sessiongen fit), never a measurement.
     """
     from sessiongen.capacity import plan as plan_mod
     from sessiongen.capacity.grid import Config, Vary

@@ -69,6 +69,16 @@ def test_a_workers_user_error_is_one_line_here() -> None:
         run_all(sweeptasks.refuse, [0, 1], SweepOptions(jobs=2))
 
 
+def test_an_error_stops_the_tasks_still_running(tmp_path: Path) -> None:
+    """One configuration's error does not wait for the others to end (a day's takes
+    minutes): the long task is stopped, never reaching its end."""
+    items = [("long", str(tmp_path)), ("fail", str(tmp_path))]
+    with pytest.raises(UserError, match=r"sessions\.count"):
+        run_all(sweeptasks.long_or_failing, items, SweepOptions(jobs=2))
+    assert (tmp_path / "started").exists()
+    assert not (tmp_path / "ended").exists()
+
+
 def test_two_jobs_plan_the_tables_one_job_plans(
     tmp_path: Path, sequential: tuple[pl.DataFrame, pl.DataFrame]
 ) -> None:
