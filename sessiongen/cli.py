@@ -779,7 +779,8 @@ def fit_cmd(
     "--jobs",
     type=click.IntRange(1),
     help="Configurations planned at once, each in its own process (default: this "
-    "machine's cores; each holds one configuration's records in memory).",
+    "machine's cores; each holds one configuration's records in memory; with "
+    "--executor ray, Ray's CPUs decide instead).",
 )
 @click.option(
     "--executor",
