@@ -11,15 +11,17 @@ apart). Prints each wall time, the speed-up over one job, and whether the what-i
 turn tables are identical to the sequential ones (they should be, whatever the executor).
 
 Prints, asserts nothing: the figures depend on the machine and on what else runs on it
-(the load average is printed beside them). The speed-up is bounded by the cores, by the
-slowest configuration (a grid whose configurations differ in size waits for the largest)
-and by each worker's start-up (importing the engine, about 2 s here).
+(the 1-minute load average is printed beside each; CPU seconds are this process's and
+its workers'). The speed-up is bounded by the cores left over by everything else, by
+the slowest configuration (a grid whose configurations differ in size waits for the
+largest) and by each worker's start-up (importing the engine, about 2 s here).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -36,10 +38,20 @@ VARY = ["target.sim.replicas=2,4,8", "target.sim.pool_capacity_gib=16,64,256"]
 SETS = ["load.levels=[0.02]"]
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and of its children that have ended (a local
+    sweep's workers, joined when it ends; not Ray's, which are the raylet's)."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed(
     args: argparse.Namespace, sweep: SweepOptions
-) -> tuple[float, pl.DataFrame, pl.DataFrame]:
-    """(wall s, what-if table, turn table) of one plan of the grid."""
+) -> tuple[float, float, pl.DataFrame, pl.DataFrame]:
+    """(wall s, CPU s, what-if table, turn table) of one plan of the grid."""
     # Imported here, not at the top: a spawned worker re-imports this script (its
     # __main__), and the planner's report stack costs it 8 s to import on this machine.
     import polars as pl
@@ -48,7 +60,7 @@ def timed(
     from sessiongen.capacity.plan import plan
 
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_s()
         out = plan(
             args.scenario,
             overrides=args.set,
@@ -56,8 +68,18 @@ def timed(
             runs_dir=Path(tmp),
             sweep=sweep,
         )
-        wall = time.perf_counter() - start
-        return wall, pl.read_parquet(out / "whatif.parquet"), pl.read_parquet(out / "turns.parquet")
+        wall, cpu = time.perf_counter() - start, cpu_s() - cpu
+        return (
+            wall,
+            cpu,
+            pl.read_parquet(out / "whatif.parquet"),
+            pl.read_parquet(out / "turns.parquet"),
+        )
+
+
+def load() -> str:
+    """The 1-minute load average: what else ran meanwhile."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def main() -> None:
@@ -78,12 +100,12 @@ def main() -> None:
     )
     print(f"cores usable: {default_jobs()}, os.cpu_count(): {os.cpu_count()}")
     print(f"load average before: {os.getloadavg()}")
-    base, whatif, turns = timed(args, SweepOptions(jobs=1))
-    print(f"  --jobs 1           {base:7.1f} s wall")
-    wall, w, t = timed(args, SweepOptions(jobs=args.jobs))
+    base, cpu, whatif, turns = timed(args, SweepOptions(jobs=1))
+    print(f"  --jobs 1           {base:7.1f} s wall  {cpu:6.1f} s CPU  load {load()}")
+    wall, cpu, w, t = timed(args, SweepOptions(jobs=args.jobs))
     same = w.equals(whatif) and t.equals(turns)
-    print(f"  --jobs {args.jobs:<11} {wall:7.1f} s wall  speed-up {base / wall:4.2f}x  "
-          f"tables identical: {same}")  # fmt: skip
+    print(f"  --jobs {args.jobs:<11} {wall:7.1f} s wall  {cpu:6.1f} s CPU  load {load()}  "
+          f"speed-up {base / wall:4.2f}x  tables identical: {same}")  # fmt: skip
     if args.ray:
         import ray
 
@@ -91,12 +113,13 @@ def main() -> None:
         ray.init(num_cpus=args.jobs, include_dashboard=False, log_to_driver=False)
         up = time.perf_counter() - start
         try:
-            wall, w, t = timed(args, SweepOptions(executor="ray"))
+            wall, _cpu, w, t = timed(args, SweepOptions(executor="ray"))
         finally:
             ray.shutdown()
         same = w.equals(whatif) and t.equals(turns)
-        print(f"  --executor ray     {wall:7.1f} s wall  speed-up {base / wall:4.2f}x  "
-              f"tables identical: {same}  (Ray start-up {up:.1f} s apart)")  # fmt: skip
+        print(f"  --executor ray     {wall:7.1f} s wall  (CPU in Ray's workers)  load {load()}  "
+              f"speed-up {base / wall:4.2f}x  tables identical: {same}  "
+              f"(Ray start-up {up:.1f} s apart)")  # fmt: skip
     print(f"load average after: {os.getloadavg()}")
 
 
