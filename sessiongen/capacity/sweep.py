@@ -16,7 +16,8 @@ per item
 and returns the results in the items' order, whatever order they finish in, calling
 ``on_done`` as each finishes: results are the same whatever the executor and the job
 count. A task's :class:`~sessiongen.errors.UserError` comes back as one (its message
-kept); anything else keeps its traceback.
+kept); anything else keeps its traceback. An error or an interrupt stops the tasks
+still running (a day's configuration takes minutes) and drops those not started.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Executor = Literal["local", "ray"]
-EXECUTORS: tuple[Executor, ...] = ("local", "ray")
 
 RAY_MISSING = "--executor ray needs Ray: pip install 'sessiongen[ray]'"
 
