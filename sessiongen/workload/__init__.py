@@ -1,7 +1,9 @@
-"""The workload: token-exact, deterministic multi-turn sessions built from a scenario.
+"""The workload: token-exact, deterministic multi-turn sessions built from a scenario,
+and Mooncake-style traces read and written.
 
 - :mod:`.tokenize`: the tokenizers a scenario can name (cl100k, tokenizer.json, a server);
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
-- :mod:`.generate`: every request as JSON lines (``sessiongen generate``).
+- :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
+- :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line.
 """
