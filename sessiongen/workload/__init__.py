@@ -5,5 +5,6 @@ and Mooncake-style traces read and written.
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
-- :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line.
+- :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
+- :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids.
 """
