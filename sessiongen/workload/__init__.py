@@ -5,6 +5,8 @@ and Mooncake-style traces read and written.
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
+- :mod:`.arrivals`: when sessions start and the think time between turns (seeded);
 - :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
-- :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids.
+- :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
+- :mod:`.export`: a scenario's requests as a Mooncake-style trace (``sessiongen export``).
 """
