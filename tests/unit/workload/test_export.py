@@ -117,3 +117,17 @@ def test_cli_export_writes_a_trace_and_refuses_bad_input_in_one_line(tmp_path: P
     assert bad.exit_code == 2
     assert bad.output.strip().startswith(f"sessiongen: error: {toml}: sessions.turns")
     assert "Traceback" not in bad.output
+
+
+SHIPPED = Path(__file__).resolve().parents[3] / "scenarios" / "traces"
+
+
+@pytest.mark.parametrize("name", ["chat-sessions", "single-requests"])
+def test_shipped_traces_are_what_their_scenarios_export(tmp_path: Path, name: str) -> None:
+    sc = scenario.load(SHIPPED / f"{name}.toml")
+    out = tmp_path / f"{name}.jsonl"
+    write_mooncake(sc, "sessiongen", out)  # the CLI's default salt
+    assert out.read_bytes() == (SHIPPED / f"{name}.jsonl").read_bytes()
+    rows = list(read_trace(SHIPPED / f"{name}.jsonl"))
+    assert all((r.session_id is None) == (name == "single-requests") for r in rows)
+    assert len({r.hash_ids[0] for r in rows}) == 1  # the shared system prompt's first block
