@@ -63,6 +63,15 @@ def test_shared_leading_ids_are_exactly_the_shared_leading_tokens(
         assert common(ta, tb) == want, (a.hash_ids, b.hash_ids)
 
 
+def test_every_unit_is_one_token_wherever_a_block_starts() -> None:
+    # 3000 blocks of 4 tokens: 3000 slices of the prose stream, each after a head word.
+    gen = default_generator()
+    prompts = TracePrompts(gen, seed=5, salt="s", block_tokens=4)
+    units = prompts.unit_ids(list(range(3000)), 12_000)
+    unit_tokens = [ENC.encode(u)[0] for u in gen.units[units].tolist()]
+    assert ENC.encode(prompts.text(request(list(range(3000)), 12_000))) == unit_tokens
+
+
 def test_ids_congruent_modulo_the_word_pool_differ_by_their_second_token() -> None:
     prompts = TracePrompts(default_generator(), seed=0, salt="s", block_tokens=32)
     n = len(default_generator().one_token_words)
@@ -79,6 +88,7 @@ def test_salt_moves_every_head_and_nothing_else() -> None:
         a, b = one.block(h), two.block(h)
         assert a[0] != b[0]
         assert a[3:].tolist() == b[3:].tolist()
+    assert one.block(0)[3:].tolist() != one.block(1)[3:].tolist()  # bodies vary by id
     assert (
         one.block(0)[3:].tolist()
         != TracePrompts(gen, seed=4, salt="one", block_tokens=64).block(0)[3:].tolist()
