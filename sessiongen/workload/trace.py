@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -150,6 +150,92 @@ def _window(window: Window | None, source: str) -> tuple[float | None, float | N
     return None, float(window)
 
 
+class _Schedule:
+    """Times down the file: monotone timestamps, sessions' first turns, the window.
+
+    Keeps the ids of the sessions seen (kept or dropped), so a later turn is known as
+    one and follows its session in or out of the window.
+    """
+
+    def __init__(self, start: float | None, end: float | None) -> None:
+        self.origin = start
+        self._start, self._end = start, end
+        self._kept: set[str] = set()
+        self._dropped: set[str] = set()
+        self._last: tuple[float, int] | None = None
+
+    def admit(self, ln: _Line, session: str | None, ts: float | None, delay: float | None) -> bool:
+        """Whether this line's request is replayed; its time fields checked."""
+        later = session is not None and (session in self._kept or session in self._dropped)
+        if ts is None and not later:
+            why = (
+                "a session's first turn" if session is not None else "a request without session_id"
+            )
+            raise ln.error("timestamp", f"missing (needed for {why})")
+        if delay is not None and not later:
+            raise ln.error("delay", "given for a request with no earlier turn in its session")
+        if ts is not None:
+            if self._last is not None and ts < self._last[0]:
+                raise ln.error(
+                    "timestamp",
+                    f"expected >= {self._last[0]:g} (line {self._last[1]}), got {ts:g}: "
+                    "timestamps must not decrease down the file",
+                )
+            self._last = (ts, ln.number)
+        if later:
+            return session not in self._dropped
+        assert ts is not None
+        if self.origin is None:
+            self.origin = ts
+        end = self._end
+        high = math.inf if end is None else end if self._start is not None else self.origin + end
+        inside = self.origin <= ts < high
+        if session is not None:
+            (self._kept if inside else self._dropped).add(session)
+        return inside
+
+
+def _request(
+    ln: _Line, block_tokens: int, schedule: _Schedule, speedup: float
+) -> TraceRequest | None:
+    """The line's request, or None when the window leaves it out."""
+    input_length = ln.integer("input_length", low=1)
+    output_length = ln.integer("output_length", low=1)
+    hash_ids = ln.hash_ids(input_length, block_tokens)
+    session = ln.session()
+    ts = ln.millis("timestamp")
+    delay = ln.millis("delay")
+    if not schedule.admit(ln, session, ts, delay):
+        return None
+    origin = schedule.origin
+    assert origin is not None
+    return TraceRequest(
+        line=ln.number,
+        timestamp_ms=None if ts is None else (ts - origin) / speedup,
+        input_length=input_length,
+        output_length=output_length,
+        hash_ids=hash_ids,
+        session_id=session,
+        delay_ms=None if delay is None else delay / speedup,
+    )
+
+
+def _rows(fh: IO[bytes], source: str) -> Iterator[_Line]:
+    """The file's non-blank lines as JSON objects."""
+    for number, raw in enumerate(fh, start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ScenarioError(source, f"line {number}", f"not JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise ScenarioError(
+                source, f"line {number}", f"expected a JSON object, got {_show(row)}"
+            )
+        yield _Line(source, number, row)
+
+
 def read_trace(
     path: str | Path,
     *,
@@ -174,84 +260,22 @@ def read_trace(
         raise ScenarioError(source, "speedup", f"expected a number > 0, got {speedup}")
     if limit is not None and limit < 1:
         raise ScenarioError(source, "limit", f"expected an integer >= 1, got {limit}")
-    start, end = _window(window, source)
+    schedule = _Schedule(*_window(window, source))
     try:
-        fh = open(path, "rb")  # noqa: SIM115  # closed in the finally below, across yields
+        fh = open(path, "rb")  # noqa: SIM115  # the with below closes it; open errors first
     except OSError as exc:
         raise ScenarioError(source, "", f"cannot read the trace: {exc.strerror}") from None
-    kept_sessions: set[str] = set()
-    dropped_sessions: set[str] = set()
-    origin = start
-    last_ts: tuple[float, int] | None = None
     seen = kept = 0
-    try:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
+    with fh:
+        for ln in _rows(fh, source):
             seen += 1
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise ScenarioError(source, f"line {number}", f"not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise ScenarioError(
-                    source, f"line {number}", f"expected a JSON object, got {_show(row)}"
-                )
-            ln = _Line(source, number, row)
-            input_length = ln.integer("input_length", low=1)
-            output_length = ln.integer("output_length", low=1)
-            hash_ids = ln.hash_ids(input_length, block_tokens)
-            session = ln.session()
-            ts = ln.millis("timestamp")
-            delay = ln.millis("delay")
-            later = session is not None and (
-                session in kept_sessions or session in dropped_sessions
-            )
-            if ts is None and not later:
-                why = (
-                    "a session's first turn"
-                    if session is not None
-                    else "a request without session_id"
-                )
-                raise ln.error("timestamp", f"missing (needed for {why})")
-            if delay is not None and not later:
-                raise ln.error("delay", "given for a request with no earlier turn in its session")
-            if ts is not None:
-                if last_ts is not None and ts < last_ts[0]:
-                    raise ln.error(
-                        "timestamp",
-                        f"expected >= {last_ts[0]:g} (line {last_ts[1]}), got {ts:g}: "
-                        "timestamps must not decrease down the file",
-                    )
-                last_ts = (ts, number)
-            if later:
-                if session in dropped_sessions:
-                    continue
-            else:
-                assert ts is not None
-                if origin is None:
-                    origin = ts
-                high = math.inf if end is None else end if start is not None else origin + end
-                inside = origin <= ts < high
-                if session is not None:
-                    (kept_sessions if inside else dropped_sessions).add(session)
-                if not inside:
-                    continue
-            assert origin is not None
-            yield TraceRequest(
-                line=number,
-                timestamp_ms=None if ts is None else (ts - origin) / speedup,
-                input_length=input_length,
-                output_length=output_length,
-                hash_ids=hash_ids,
-                session_id=session,
-                delay_ms=None if delay is None else delay / speedup,
-            )
+            request = _request(ln, block_tokens, schedule, speedup)
+            if request is None:
+                continue
+            yield request
             kept += 1
-            if limit is not None and kept >= limit:
+            if kept == limit:
                 return
-    finally:
-        fh.close()
     if seen == 0:
         raise ScenarioError(source, "", "the trace is empty (no request lines)")
     if kept == 0:
