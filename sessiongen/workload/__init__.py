@@ -8,6 +8,7 @@ and Mooncake-style traces read and written.
 - :mod:`.arrivals`: when sessions start and the think time between turns (seeded);
 - :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
 - :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);
+- :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);
 - :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
 - :mod:`.export`: a scenario's requests as a Mooncake-style trace (``sessiongen export``).
 """
