@@ -1,12 +1,14 @@
 """Benchmark: how fast the Mooncake-style trace reader streams a large trace, in how much memory.
 
-    .venv/bin/python bench/trace_import.py [--lines 1000000] [--prompts 2000]
+    .venv/bin/python bench/trace_import.py [--lines 1000000] [--prompts 2000] [--facts 24000]
 
 Writes a generated trace of the Mooncake conversation trace's shape into a temp folder
 (multi-turn sessions whose turns extend their previous prompt, 8-12k input tokens, a
 shared system prompt, Poisson starts), then reads it back with
 :func:`sessiongen.workload.trace.read_trace`, once untraced for speed and once under
-tracemalloc for the peak of Python allocations, and builds the token-exact prompts of
+tracemalloc for the peak of Python allocations; then gets the prefix-sharing facts of
+the first ``--facts`` requests (:func:`~sessiongen.workload.reuse.prefix_facts`, about
+the Mooncake conversation trace's size twice over) and builds the token-exact prompts of
 the first ``--prompts`` requests (:class:`~sessiongen.workload.traceprompts.TracePrompts`).
 Prints figures; asserts nothing.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from sessiongen.workload.reuse import prefix_facts
 from sessiongen.workload.textgen import default_generator
 from sessiongen.workload.trace import read_trace
 from sessiongen.workload.traceprompts import TracePrompts
@@ -75,6 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--prompts", type=int, default=2000)
+    ap.add_argument("--facts", type=int, default=24_000, help="requests to get reuse facts of")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
@@ -106,6 +110,16 @@ def main() -> None:
         _now, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         print(f"peak traced Python allocations while reading: {peak / 2**20:.2f} MiB")
+
+        t = time.perf_counter()
+        facts = [f for _r, f in prefix_facts(read_trace(path, limit=args.facts), BLOCK)]
+        facts_s = time.perf_counter() - t
+        shared = [f.reuse_distance for f in facts if f.reuse_distance is not None]
+        print(
+            f"reuse facts: {len(facts):,} requests in {facts_s:.1f} s; "
+            f"{len(shared):,} share a prefix, median reuse distance "
+            f"{int(np.median(shared)) if shared else 0:,} blocks"
+        )
 
         prompts = TracePrompts(default_generator(), seed=0, salt="bench", block_tokens=BLOCK)
         t = time.perf_counter()
