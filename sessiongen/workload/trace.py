@@ -263,8 +263,12 @@ def read_trace(
     schedule = _Schedule(*_window(window, source))
     try:
         fh = open(path, "rb")  # noqa: SIM115  # the with below closes it; open errors first
+    except FileNotFoundError:
+        raise ScenarioError(source, "", "no such file") from None
+    except IsADirectoryError:
+        raise ScenarioError(source, "", "is a folder, expected a trace file") from None
     except OSError as exc:
-        raise ScenarioError(source, "", f"cannot read the trace: {exc.strerror}") from None
+        raise ScenarioError(source, "", f"cannot read: {exc.strerror}") from None
     seen = kept = 0
     with fh:
         for ln in _rows(fh, source):

@@ -127,7 +127,8 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     empty.write_text("\n  \n", encoding="utf-8")
     assert error_of(empty) == f"{empty}: the trace is empty (no request lines)"
     missing = tmp_path / "nope.jsonl"
-    assert error_of(missing).startswith(f"{missing}: cannot read the trace")
+    assert error_of(missing) == f"{missing}: no such file"
+    assert error_of(tmp_path) == f"{tmp_path}: is a folder, expected a trace file"
 
 
 @pytest.mark.parametrize(
