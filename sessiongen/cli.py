@@ -119,6 +119,93 @@ def generate(
 @cli.command()
 @click.argument("scenario_file", type=click.Path(dir_okay=False))
 @click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="Trace file to write."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mooncake"]),
+    default="mooncake",
+    show_default=True,
+    help="Trace format (Mooncake-style JSONL: timestamp/delay, lengths, hash_ids).",
+)
+@click.option(
+    "--block-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Tokens per hash id.",
+)
+@click.option("--salt", default="sessiongen", show_default=True, help="Run salt for the markers.")
+@click.option(
+    "--server",
+    metavar="URL",
+    help='Replica whose /tokenize counts tokens (for model.tokenizer = "server").',
+)
+@set_option
+def export(
+    scenario_file: str,
+    output: str,
+    fmt: str,
+    block_tokens: int,
+    salt: str,
+    server: str | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Write SCENARIO_FILE's requests as a trace other tools can replay.
+
+    One line per (session, turn): session_id (multi-turn scenarios), timestamp (ms) on a
+    session's first turn and delay (ms, the think time) on later ones, input_length,
+    output_length and hash_ids of the real token ids, chained so equal ids mean equal
+    prefixes. Frozen and no-history modes only.
+    """
+    from sessiongen.workload.export import write_mooncake
+
+    sc = load_scenario(scenario_file, overrides)
+    stats = write_mooncake(sc, salt, Path(output), block_tokens=block_tokens, server_url=server)
+    click.echo(
+        f"wrote {stats['requests']} requests ({stats['sessions']} sessions, "
+        f"{stats['input_tokens']:,} input tokens, {stats['blocks']:,} distinct blocks) "
+        f"as a {fmt} trace to {output}"
+    )
+
+
+@cli.command("trace-info")
+@click.argument("trace_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--block-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Tokens per hash id.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Read at most this many requests.")
+@click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0)
+def trace_info(trace_file: str, block_tokens: int, limit: int | None, speedup: float) -> None:
+    """Check a Mooncake-style JSONL trace line by line and say what it implies.
+
+    Prints its requests, sessions, span, token counts, the longest prompt, and the share
+    of prompt tokens an infinite prefix cache would have served (leading blocks whose
+    hash id an earlier request had). A bad line is one error naming the line and field.
+    """
+    from sessiongen.workload.trace import read_trace
+    from sessiongen.workload.tracestats import summarize
+
+    stream = read_trace(trace_file, block_tokens=block_tokens, limit=limit, speedup=speedup)
+    s = summarize(stream, block_tokens)
+    click.echo(
+        f"{trace_file}: {s.requests:,} requests, {s.sessions:,} sessions, "
+        f"last arrival at {s.span_ms / 1000:,.1f} s\n"
+        f"input tokens {s.input_tokens:,} (longest {s.longest_input:,}, line "
+        f"{s.longest_line}), output tokens {s.output_tokens:,}\n"
+        f"{s.distinct_blocks:,} distinct blocks of {block_tokens}; an infinite prefix cache "
+        f"serves {s.reusable_share:.1%} of input tokens"
+    )
+
+
+@cli.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False))
+@click.option(
     "--endpoints",
     metavar="URL,URL,...",
     help="Existing OpenAI-compatible replicas (default: the embedded simulated pair).",

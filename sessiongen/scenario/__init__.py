@@ -3,7 +3,8 @@
 - :mod:`.schema`: plain TOML data -> frozen dataclasses, one-line errors naming file and key;
 - :mod:`.spec`: the scenario's sections (``[model]``, ``[sessions]``, ...) and :func:`load`;
 - :mod:`.simprofile`: ``[target.sim]``, the simulated replicas' timing profile;
-- :mod:`.routerspec`: routed placements and ``[target.router]`` (what routers key on).
+- :mod:`.routerspec`: routed placements and ``[target.router]`` (what routers key on);
+- :mod:`.tracespec`: ``[sessions.trace]``, the trace a scenario takes its requests from.
 """
 
 from sessiongen.scenario.simprofile import SimProfile

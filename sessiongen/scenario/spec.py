@@ -30,6 +30,7 @@ from sessiongen.scenario.routerspec import (
 )
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.scenario.tracespec import TraceSpec, check_source
 
 PLACEMENT_RE = re.compile(r"^(alternate|fixed|random|move-at:([1-9][0-9]*))$")
 
@@ -119,6 +120,13 @@ class SessionsSpec:
     shared_prefix_tokens: int = spec(
         0, ge=0, le=10_000_000, doc="tokens of a system prompt shared by all sessions (0: none)"
     )
+    source: Literal["synthetic", "trace"] = spec(
+        "synthetic", doc="where requests come from: the synthetic sessions, or [sessions.trace]"
+    )
+    trace: TraceSpec = field(default_factory=TraceSpec)
+
+    def __post_init__(self) -> None:
+        check_source(self.source, self.trace)
 
     @property
     def max_tokens(self) -> int:
@@ -477,6 +485,8 @@ LATER_FIELDS = (
     "sessions.think",
     "sessions.think_sigma",
     "load",
+    "sessions.source",
+    "sessions.trace",
 )
 
 

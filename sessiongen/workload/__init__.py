@@ -1,7 +1,14 @@
-"""The workload: token-exact, deterministic multi-turn sessions built from a scenario.
+"""The workload: token-exact, deterministic multi-turn sessions built from a scenario,
+and Mooncake-style traces read and written.
 
 - :mod:`.tokenize`: the tokenizers a scenario can name (cl100k, tokenizer.json, a server);
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
-- :mod:`.generate`: every request as JSON lines (``sessiongen generate``).
+- :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
+- :mod:`.arrivals`: when sessions start and the think time between turns (seeded);
+- :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
+- :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);
+- :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);
+- :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
+- :mod:`.export`: a scenario's requests as a Mooncake-style trace (``sessiongen export``).
 """

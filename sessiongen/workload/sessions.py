@@ -295,6 +295,13 @@ class SessionBuilder:
     def _check(self) -> None:
         spec = self.scenario.sessions
         src = self.scenario.source
+        if spec.source == "trace":
+            raise ScenarioError(
+                src,
+                "sessions.source",
+                'expected "synthetic": replaying or planning a trace is not built yet '
+                "(sessiongen.workload.trace reads one, sessiongen export writes one)",
+            )
         floor = self._question_floor()
         if spec.question_tokens < floor:
             raise ScenarioError(

@@ -48,14 +48,17 @@ def path_options() -> Iterator[tuple[str, str]]:
 
 
 # What each path is: a TOML file read, a run folder read, a trend store or pair state
-# read, a file written, a folder written into.
-TOML, RUN_IN, STORE_IN, STATE, FILE_OUT, DIR_OUT = (
-    "toml", "run", "store", "state", "file-out", "dir-out",
+# read, a trace read, a file written, a folder written into.
+TOML, RUN_IN, STORE_IN, STATE, TRACE_IN, FILE_OUT, DIR_OUT = (
+    "toml", "run", "store", "state", "trace", "file-out", "dir-out",
 )  # fmt: skip
 
 ROLES: dict[tuple[str, str], str] = {
     ("generate", "scenario_file"): TOML,
     ("generate", "output"): FILE_OUT,
+    ("export", "scenario_file"): TOML,
+    ("export", "output"): FILE_OUT,
+    ("trace-info", "trace_file"): TRACE_IN,
     ("replay", "scenario_file"): TOML,
     ("replay", "runs_dir"): DIR_OUT,
     ("report", "run_dirs"): RUN_IN,
@@ -94,6 +97,10 @@ def command_line(command: str, param: str, value: Path, tmp: Path) -> list[str]:
 
     if command == "generate":
         return ["generate", pick("scenario_file", SMOKE), "-o", pick("output", tmp / "o.jsonl")]
+    if command == "export":
+        return ["export", pick("scenario_file", SMOKE), "-o", pick("output", tmp / "t.jsonl")]
+    if command == "trace-info":
+        return ["trace-info", v]
     if command == "replay":
         return ["replay", pick("scenario_file", SMOKE), "--runs-dir", pick("runs_dir", tmp / "r"),
                 "--no-progress", "--no-report"]  # fmt: skip
@@ -195,6 +202,11 @@ CASES: dict[str, list[Case]] = {
         Case("missing", lambda t, _: t / "no-store", "no runs in the trend store"),
         Case("a file", _a_file, "is a file"),
         Case("a folder that is not a store", _empty_folder, "no runs in the trend store"),
+    ],
+    TRACE_IN: [
+        Case("missing", lambda t, _: t / "none.jsonl", "no such file"),
+        Case("a folder", lambda t, _: _empty_folder(t, _), "is a directory"),
+        Case("empty", _a_file, "the trace is empty"),
     ],
     STATE: [
         Case("a file", _a_file, "is a file"),

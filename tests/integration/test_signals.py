@@ -43,6 +43,10 @@ OVERRIDES = (
     f"sessions.turns={TURNS}",
     "target.sim.time_scale=0.25",
 )
+#: Mid-block cases: every modeled latency 4x, so that the block signalled (about a second
+#: of wall time then) is still serving when the signal lands after the seeded delay
+#: (at 1x a busy machine's delay outlasted the block, which then ended "ok").
+MID_BLOCK = ("target.sim.slowdown=4",)
 #: Polled deadlines, for a slow and busy 2-core machine; none measures speed.
 EVENT_DEADLINE_S = 180.0  # for the point of life a case waits for
 EXIT_DEADLINE_S = 120.0  # for the replay to finish its clean-up and exit
@@ -130,7 +134,7 @@ def _replay(runs: Path, tag: str, case: Case, out: Path) -> subprocess.Popen[byt
     argv = [sys.executable, "-m", "sessiongen", "replay", str(SCENARIOS / "smoke.toml")]
     argv += ["--runs-dir", str(runs), "--no-progress", "--workers", str(case.workers)]
     argv += ["--report" if case.phase == "report" else "--no-report"]
-    for override in OVERRIDES:
+    for override in OVERRIDES + (MID_BLOCK if case.phase == "mid-block" else ()):
         argv += ["--set", override]
     env = {**os.environ, descendants.TAG_VAR: tag, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -65,7 +65,7 @@ def test_every_command_is_in_the_readmes_table_and_every_flag_there_exists() -> 
     from sessiongen.cli import cli
 
     rows = [usage for usage, _what in _command_table()]
-    documented = {name for row in rows for name in re.findall(r"`sessiongen ([a-z]+)", row)}
+    documented = {name for row in rows for name in re.findall(r"`sessiongen ([a-z-]+)", row)}
     assert documented == set(cli.commands), documented ^ set(cli.commands)
     for row in rows:
         for usage in re.findall(r"`sessiongen ([^`]+)`", row):
