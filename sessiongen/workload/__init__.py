@@ -5,7 +5,6 @@ and Mooncake-style traces read and written.
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
-- :mod:`.arrivals`: when sessions start and the think time between turns (seeded);
 - :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
 - :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);
 - :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);

@@ -32,10 +32,10 @@ from typing import IO, Any
 
 import orjson
 
+from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import atomic_write, ensure_dir
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.arrivals import arrival_offsets, think_times
 from sessiongen.workload.sessions import SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import generator_for
 from sessiongen.workload.tokenize import Tokenizer

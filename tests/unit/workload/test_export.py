@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from sessiongen import scenario
 from sessiongen.cli import cli
-from sessiongen.workload.arrivals import arrival_offsets, think_times
+from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.workload.export import BlockIds, write_mooncake
 from sessiongen.workload.sessions import SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import default_generator
