@@ -41,8 +41,12 @@ STACK_ENV: dict[str, str] = {
 }
 """Set for every process (``target.managed.env`` overrides): no downloads, no telemetry."""
 
-CPU_ENV: dict[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
-"""Extra defaults on ``device = "cpu"``: vLLM's KV cache size in GiB per replica."""
+CPU_ENV: dict[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "2", "GLOO_SOCKET_IFNAME": "lo"}
+"""Extra defaults on ``device = "cpu"``: vLLM's KV cache size in GiB per replica, and
+the loopback interface for the one-process Gloo group a CPU worker opens. Without a
+named interface Gloo resolves the host's address and test-binds it, which failed once in
+a busy real-stack run here ("Cannot resolve 127.0.0.1 to a (local) address"), so that
+the replica exited during start-up."""
 
 CPU_BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
 """The cores a CPU replica's compute (OpenMP) threads run on; set per replica."""

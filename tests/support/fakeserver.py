@@ -129,6 +129,10 @@ def make_app(
     return app
 
 
+#: How long a :class:`ThreadServer` may take to listen.
+READY_DEADLINE_S = 120.0
+
+
 class ThreadServer:
     """Runs an aiohttp app on a free port in a background thread (for sync callers)."""
 
@@ -156,7 +160,10 @@ class ThreadServer:
 
     def __enter__(self) -> ThreadServer:
         self._thread.start()
-        self._ready.wait(10)
+        # Polled, generous: a busy 2-core machine once took over 10 s here, and the test
+        # then sent to an empty URL.
+        if not self._ready.wait(READY_DEADLINE_S):
+            raise RuntimeError(f"fake server not listening after {READY_DEADLINE_S:g} s")
         return self
 
     def __exit__(self, *exc: object) -> None:

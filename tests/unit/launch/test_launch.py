@@ -138,6 +138,7 @@ def test_lmcache_argv_follows_spec(tmp_path: Path) -> None:
 def test_env_overrides_and_gpu_slices(tmp_path: Path) -> None:
     cpu = commands.env_overrides(make_spec(tmp_path, env={"VLLM_CPU_KVCACHE_SPACE": "4"}), 0)
     assert cpu["HF_HUB_OFFLINE"] == "1" and cpu["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert cpu["GLOO_SOCKET_IFNAME"] == "lo"  # the CPU worker's Gloo group on loopback
     gpu = make_spec(tmp_path, device="cuda", replicas=2, gpus_per_replica=2)
     assert commands.env_overrides(gpu, 1, base_env={})["CUDA_VISIBLE_DEVICES"] == "2,3"
     listed = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
