@@ -534,6 +534,13 @@ class _Records:
 
 def check_plannable(scenario: Scenario) -> None:
     """A one-line :class:`ScenarioError` for what the planner cannot model."""
+    if scenario.sessions.source == "trace":
+        raise ScenarioError(
+            scenario.source,
+            "sessions.source",
+            'expected "synthetic": planning a trace is not built yet (sessiongen replay '
+            "replays one)",
+        )
     for placement in scenario.placement.policies:
         if placement == GATEWAY:
             raise ScenarioError(

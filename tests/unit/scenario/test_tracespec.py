@@ -1,4 +1,5 @@
-"""``[sessions] source = "trace"`` and ``[sessions.trace]``: validated at load, refused at build."""
+"""``[sessions] source = "trace"`` and ``[sessions.trace]``: validated at load, read when the
+sessions are built, refused by the planner."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sessiongen import scenario
+from sessiongen.capacity.virtual import check_plannable
 from sessiongen.errors import ScenarioError
 from sessiongen.workload.sessions import SessionBuilder
 from sessiongen.workload.trace import read_trace
@@ -69,7 +71,13 @@ def test_bad_trace_settings_are_one_line_errors(tmp_path: Path, body: str, where
     assert str(info.value).startswith(f"{tmp_path / 'tr.toml'}: {where}"), str(info.value)
 
 
-def test_trace_scenarios_are_refused_where_synthetic_sessions_are_built(tmp_path: Path) -> None:
+def test_the_builder_reads_the_trace_and_names_a_missing_file(tmp_path: Path) -> None:
     sc = load(tmp_path, '[sessions]\nsource = "trace"\n[sessions.trace]\nfile = "t.jsonl"\n')
-    with pytest.raises(ScenarioError, match=r'sessions\.source: expected "synthetic"'):
+    with pytest.raises(ScenarioError, match=r"t\.jsonl: no such file"):
         SessionBuilder(sc, "salt")
+
+
+def test_the_planner_refuses_a_trace_in_one_line(tmp_path: Path) -> None:
+    sc = load(tmp_path, '[sessions]\nsource = "trace"\n[sessions.trace]\nfile = "t.jsonl"\n')
+    with pytest.raises(ScenarioError, match=r'sessions\.source: expected "synthetic": planning'):
+        check_plannable(sc)
