@@ -392,9 +392,16 @@ class RunMeta:
         return int(self.sessions.get("shared_prefix_tokens", 0) or 0)
 
     @property
+    def trace(self) -> bool:
+        """The run replayed a trace (``sessions.source = "trace"``)."""
+        return self.sessions.get("source") == "trace"
+
+    @property
     def turns(self) -> int | None:
+        """Turns per session as the scenario says; None for a trace (its sessions have
+        their own numbers of turns) or when the scenario does not say."""
         turns = self.sessions.get("turns")
-        return int(turns) if turns else None
+        return int(turns) if turns and not self.trace else None
 
     @property
     def modeled(self) -> bool:

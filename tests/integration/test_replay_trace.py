@@ -92,9 +92,19 @@ def test_shared_prefixes_hit_and_only_the_pool_serves_cross_replica_turns(chat: 
 
 
 def test_the_report_renders_for_a_trace_run(chat: Ran) -> None:
-    report = write_report(chat[2])
-    text = report.read_text()
-    assert "alternate" in text and "fixed" in text
+    text = write_report(chat[2]).read_text()
+    # First turns hit the shared system prompt the trace says they share: not contamination.
+    assert "Contamination:" in text and "hit a cache where none should" not in text
+    assert "not exercised on a trace" in text
+    # Only line 1 shares nothing: one cold unit, whose point interval is not a finding.
+    assert "Arms differ beyond the cache" not in text
+    # Sessions are complete by their own lengths (3 turns), not the scenario's default 6.
+    whole = text[text.index("## Whole sessions") :].split("\n\n")[1].splitlines()
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in whole[2:]}
+    assert {k: [c.strip() for c in v] for k, v in rows.items()} == {
+        "alternate": ["6", "6"],
+        "fixed": ["6", "6"],
+    }
 
 
 def test_fixed_by_prefix_root_keeps_a_prefix_on_one_replica(tmp_path: Path) -> None:
