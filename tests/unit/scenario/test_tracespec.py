@@ -1,5 +1,5 @@
 """``[sessions] source = "trace"`` and ``[sessions.trace]``: validated at load, read when the
-sessions are built, refused by the planner."""
+sessions are built."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from sessiongen import scenario
-from sessiongen.capacity.virtual import check_plannable
 from sessiongen.errors import ScenarioError
 from sessiongen.workload.sessions import SessionBuilder
 from sessiongen.workload.trace import read_trace
@@ -75,9 +74,3 @@ def test_the_builder_reads_the_trace_and_names_a_missing_file(tmp_path: Path) ->
     sc = load(tmp_path, '[sessions]\nsource = "trace"\n[sessions.trace]\nfile = "t.jsonl"\n')
     with pytest.raises(ScenarioError, match=r"t\.jsonl: no such file"):
         SessionBuilder(sc, "salt")
-
-
-def test_the_planner_refuses_a_trace_in_one_line(tmp_path: Path) -> None:
-    sc = load(tmp_path, '[sessions]\nsource = "trace"\n[sessions.trace]\nfile = "t.jsonl"\n')
-    with pytest.raises(ScenarioError, match=r'sessions\.source: expected "synthetic": planning'):
-        check_plannable(sc)
