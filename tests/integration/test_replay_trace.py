@@ -141,3 +141,23 @@ def test_a_trace_through_the_router_keeps_sessions_by_their_trace_ids(tmp_path: 
     assert (per["n"] == 1).all()
     later = m.filter(pl.col("turn") > 1)
     assert (later["local_hit_tokens"] >= 512 * 5).all()
+
+
+@pytest.mark.timeout(300)  # ~25 s here; the old failure was a hang, not an error
+def test_a_trace_runs_in_worker_processes(tmp_path: Path) -> None:
+    # An open loop's cap (load.max_in_flight) once became each worker's connection count,
+    # and the workers hung opening them; streams are now capped by the sessions.
+    sc = scenario.load(
+        CHAT,
+        [
+            *FAST,
+            "driver.concurrency=4",
+            'placement.policies=["alternate"]',
+            'design.blocks=["on"]',
+        ],
+    )
+    out = replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False, workers=2))
+    assert out.failed == 0, out.failure_summary()
+    m = measured(pl.read_parquet(out.run_dir / "requests.parquet"))
+    assert sorted(m["trace_line"].to_list()) == list(range(1, 19))
+    assert (m.filter(pl.col("turn") == 2)["external_hit_tokens"] > 0).all()
