@@ -5,6 +5,11 @@
   only prefix sessions may legitimately share); and any external (shared-pool) hit in a
   cache-off arm. Cross-replica turns of OFF arms may still hit the replica's own prefix
   cache (turn k-2 ran there under ``alternate``), so local hits there are not flagged.
+  A trace's first turns may share what the trace says they share with earlier requests:
+  their allowance is ``trace_shared_tokens``, plus the chat template around the content
+  (``prompt_tokens - content_tokens``: the template's head is shared too) and 2 (blocks
+  whose ids are congruent modulo the head-word pool share up to two head tokens,
+  :mod:`sessiongen.workload.traceprompts`).
 - **Cache attribution** = mean prompt, cached (server ``usage``), local-hit and
   external-hit tokens (``/metrics`` deltas, where attributable) per request, per arm and
   turn.
@@ -22,9 +27,19 @@ from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run
 
 
+def _allowance(run: Run) -> pl.Expr:
+    """Tokens a first turn may legitimately hit (see the module doc)."""
+    base = pl.lit(run.shared_prefix_tokens)
+    if not run.trace:
+        return base
+    template = (pl.col("prompt_tokens") - pl.col("content_tokens")).fill_null(0).clip(0)
+    said = pl.col("trace_shared_tokens").fill_null(0) + template + 2
+    return pl.max_horizontal(base, said)
+
+
 def contamination_expr(run: Run) -> pl.Expr:
     """Boolean expression: this request shows a cache hit where none should be."""
-    allow = run.shared_prefix_tokens
+    allow = _allowance(run)
     hits = [
         pl.col(c).fill_null(0) for c in ("cached_tokens", "local_hit_tokens", "external_hit_tokens")
     ]
@@ -35,7 +50,7 @@ def contamination_expr(run: Run) -> pl.Expr:
 
 def contamination(run: Run) -> pl.DataFrame:
     """The contaminated requests, one row each, with the reason."""
-    allow = run.shared_prefix_tokens
+    allow = _allowance(run)
     flagged = run.requests.filter(contamination_expr(run))
     cold = (pl.col("turn") == 1) & pl.any_horizontal(
         [
@@ -45,7 +60,11 @@ def contamination(run: Run) -> pl.DataFrame:
     )
     reason = (
         pl.when(cold)
-        .then(pl.lit(f"cold first turn hit > {allow} tokens"))
+        .then(
+            pl.lit("cold first turn hit more than the trace says it shares")
+            if run.trace
+            else pl.lit(f"cold first turn hit > {run.shared_prefix_tokens} tokens")
+        )
         .otherwise(pl.lit("external hit with cache off"))
     )
     cols = [

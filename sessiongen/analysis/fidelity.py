@@ -120,13 +120,20 @@ def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.
     :data:`COLD_TOLERANCE` faster, or more than :data:`STORE_COST_TOLERANCE` slower (the
     pool's own cost of storing on a miss). Then the arms differ beyond the cache (their
     processes, CPU contention, start-up work), and no speedup of the run can be read as
-    the cache's alone.
+    the cache's alone. In a trace, first turns may share prefixes with earlier requests
+    (and the pool may serve them under ON): only those the trace says share nothing
+    (``trace_shared_blocks`` 0) are cold, often a single one, and one unit's interval is
+    a point: a pair of arms is flagged only with at least two units.
     """
-    first = speedup_table(run.filter(pl.col("turn") == 1), boot=boot).drop("turn")
+    cold = pl.col("turn") == 1
+    if run.trace:
+        cold = cold & (pl.col("trace_shared_blocks").fill_null(0) == 0)
+    first = speedup_table(run.filter(cold), boot=boot).drop("turn")
     ratio = pl.col("speedup")
     outside = (pl.col("speedup_ci_low") > 1.0) | (pl.col("speedup_ci_high") < 1.0)
     beyond = (ratio > 1.0 + COLD_TOLERANCE) | (ratio < 1.0 / (1.0 + STORE_COST_TOLERANCE))
-    return first.with_columns(flagged=(outside & beyond).fill_null(False))
+    enough = pl.col("n_units") >= 2
+    return first.with_columns(flagged=(outside & beyond & enough).fill_null(False))
 
 
 def trust_warnings(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[str]:

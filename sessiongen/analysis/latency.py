@@ -238,17 +238,22 @@ SESSION_GAIN = (
 def session_totals(run: Run, *, extra_keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per session and block: turns done, whether all turns succeeded, total TTFT and time."""
     keys = [*ARM_KEYS, "context_tokens", *extra_keys, "block", "session_index", "session_id"]
-    return (
-        run.requests.group_by(keys)
-        .agg(
-            turns_ok=(pl.col("status") == "ok").sum(),
-            total_ttft_s=pl.col("ttft_s").sum(),
-            total_e2e_s=pl.col("e2e_s").sum(),
-            total_queue_s=pl.col("queue_s").sum(),
-        )
-        .with_columns(complete=pl.col("turns_ok") == run.turns)
-        .sort(keys)
+    totals = run.requests.group_by(keys).agg(
+        turns_ok=(pl.col("status") == "ok").sum(),
+        sent=pl.len(),
+        total_ttft_s=pl.col("ttft_s").sum(),
+        total_e2e_s=pl.col("e2e_s").sum(),
+        total_queue_s=pl.col("queue_s").sum(),
     )
+    if run.trace:
+        # A trace's sessions have their own lengths: complete when every turn sent was ok
+        # and as many were sent as in the block that sent the most of that session (a
+        # failed turn stops its session, and is itself recorded).
+        most = pl.col("sent").max().over("session_id")
+        complete = (pl.col("turns_ok") == pl.col("sent")) & (pl.col("sent") == most)
+    else:
+        complete = pl.col("turns_ok") == run.turns
+    return totals.with_columns(complete=complete).drop("sent").sort(keys)
 
 
 def session_speedup(

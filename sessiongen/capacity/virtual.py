@@ -24,7 +24,11 @@ Prompts come in two forms (``tokens``):
   new question), and no two sessions share a block unless the scenario's shared
   system prompt spans whole blocks.
 
-``auto`` picks ``exact`` up to :data:`EXACT_SESSIONS` sessions per block.
+``auto`` picks ``exact`` up to :data:`EXACT_SESSIONS` sessions per block. A trace
+scenario (``sessions.source = "trace"``) is always prepared exactly (its prompts differ
+in their own ways, so no first session is a shape for the others), on the trace's own
+schedule: first turns at their timestamps, later turns their delay after the previous
+answer, as replay sends them; its records carry the trace line and prefix facts.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.capacity.routers import MODELED, RouterModel
-from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.design.blocks import BlockPlan, plan_blocks
 from sessiongen.design.placement import replica_for
 from sessiongen.errors import ScenarioError
@@ -64,6 +67,7 @@ from sessiongen.scenario.spec import Scenario
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.engine import Job, World
 from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
+from sessiongen.workload.reuse import PrefixFacts
 from sessiongen.workload.sessions import Session, SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import generator_for
 
@@ -102,6 +106,9 @@ class Turn:
     content_tokens: int
     prompt_digest: str | None
     expected: str | None
+    home_key: int = -1  # what client placements key on (-1: the session index)
+    trace_line: int | None = None
+    prefix: PrefixFacts | None = None
 
 
 class Prompts:
@@ -116,6 +123,8 @@ class Prompts:
         self.mode: Literal["exact", "shape"] = (
             ("exact" if per_block <= EXACT_SESSIONS else "shape") if tokens == "auto" else tokens
         )
+        if self.builder.is_trace:
+            self.mode = "exact"
         self._shapes: dict[int, Shape] = {}
 
     def prepare(self, req: TurnRequest) -> Job:
@@ -249,6 +258,9 @@ def _turn_of(req: TurnRequest, job: Job, output_ids: NDArray[Any]) -> Turn:
         content_tokens=req.content_tokens,
         prompt_digest=req.prompt_digest(),
         expected=req.expected,
+        home_key=req.home_key,
+        trace_line=req.trace_line,
+        prefix=req.prefix,
     )
 
 
@@ -314,7 +326,9 @@ class VirtualBlock:
 
     def _concurrency(self) -> int:
         load = self.scenario.load
-        return int(self.plan.level) if load.arrival == "closed" else load.max_in_flight
+        if load.arrival == "closed" and not self.prompts.builder.is_trace:
+            return int(self.plan.level)
+        return load.max_in_flight
 
     def at(self, t: float, action: Callable[[float], None]) -> None:
         heapq.heappush(self._events, (t, next(self._seq), action))
@@ -365,14 +379,11 @@ class VirtualBlock:
     # --- sessions ---------------------------------------------------------------------
 
     def _start_sessions(self, t: float) -> None:
-        sc = self.scenario
         sessions = self.prompts.sessions
-        offsets: list[float] | None = None
-        if sc.load.arrival != "closed":
-            offsets = arrival_offsets(sc.load, self.plan.level, len(sessions), sc.seed)
+        offsets = self.prompts.builder.starts(self.plan.level)
         for i, s in enumerate(sessions):
             offset = None if offsets is None else offsets[s.index]
-            live = _Live(s, offset, 0.0, think_times(sc.sessions, s.index, sc.seed))
+            live = _Live(s, offset, 0.0, s.pauses())
             start = t + (i * START_STAGGER_S if offset is None else offset)
             self.at(start, functools.partial(self._wants_slot, live))
 
@@ -402,7 +413,8 @@ class VirtualBlock:
         if self.router is not None:
             replica = self.router.route(turn.session_id, turn.prompt.local.keys)
         else:
-            index, seed = live.session.index, self.scenario.seed
+            seed = self.scenario.seed
+            index = live.session.index if turn.home_key < 0 else turn.home_key
             replica = replica_for(self.plan.placement, index, turn.turn, self.replicas, seed)
         self._submit(now, replica, turn, (live, k))
 
@@ -506,6 +518,10 @@ class VirtualBlock:
             hit_source="planner",
             replica_source="planner" if self.router is not None else "placement",
             server_queue_s=result.queue_s,
+            trace_line=turn.trace_line,
+            trace_shared_blocks=None if turn.prefix is None else turn.prefix.shared_blocks,
+            trace_shared_tokens=None if turn.prefix is None else turn.prefix.shared_tokens,
+            trace_reuse_distance=None if turn.prefix is None else turn.prefix.reuse_distance,
         )
 
 
@@ -648,7 +664,7 @@ def plan_run(
     }
     writer = _Records()
     start = 0.0
-    per_block = len(prompts.sessions) * scenario.sessions.turns
+    per_block = sum(s.turns for s in prompts.sessions)
     for block in plan:
         bar = BlockProgress(
             per_block,

@@ -42,6 +42,11 @@ Format history
   every block); blocks may carry ``kv_connector`` (what each replica said of its KV
   connector) and ``switch``; a run merged from single-arm runs (``sessiongen merge``)
   has ``merged_from`` and, per block, ``source_run`` and ``source_block``.
+- Later in version 4 (optional columns: older runs lack them and readers fill nulls):
+  trace replays (``sessions.source = "trace"``) record each request's ``trace_line``
+  and what the trace says it shares with earlier requests, ``trace_shared_blocks``,
+  ``trace_shared_tokens`` and ``trace_reuse_distance`` (null for synthetic sessions and
+  warm-ups); their ``context_tokens`` is 0 (a trace has no context sizes).
 """
 
 from __future__ import annotations
@@ -157,6 +162,18 @@ class RequestRecord:
     )
     server_queue_s: float | None = column(
         pl.Float64(), "the server's own arrival -> admission wait (simulator, planner; v1-3: null)"
+    )
+    # later in schema_version 4 (trace replays; null otherwise and in older runs):
+    trace_line: int | None = column(pl.Int64(), "trace replays: the request's line in the trace")
+    trace_shared_blocks: int | None = column(
+        pl.Int32(), "trace replays: leading hash-id blocks seen in earlier requests of the trace"
+    )
+    trace_shared_tokens: int | None = column(
+        pl.Int64(), "trace replays: those blocks' prompt tokens (an infinite cache's hit)"
+    )
+    trace_reuse_distance: int | None = column(
+        pl.Int64(),
+        "trace replays: largest LRU stack distance, in blocks, of those blocks (null: none shared)",
     )
 
 
@@ -375,9 +392,16 @@ class RunMeta:
         return int(self.sessions.get("shared_prefix_tokens", 0) or 0)
 
     @property
+    def trace(self) -> bool:
+        """The run replayed a trace (``sessions.source = "trace"``)."""
+        return self.sessions.get("source") == "trace"
+
+    @property
     def turns(self) -> int | None:
+        """Turns per session as the scenario says; None for a trace (its sessions have
+        their own numbers of turns) or when the scenario does not say."""
         turns = self.sessions.get("turns")
-        return int(turns) if turns else None
+        return int(turns) if turns and not self.trace else None
 
     @property
     def modeled(self) -> bool:

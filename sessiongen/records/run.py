@@ -85,6 +85,11 @@ class Run:
         return self.meta.probe
 
     @property
+    def trace(self) -> bool:
+        """The run replayed a trace: sessions of their own lengths, prefixes it says."""
+        return self.meta.trace
+
+    @property
     def turns(self) -> int:
         """Turns per session: from the scenario, else the largest turn seen."""
         if self.meta.turns:

@@ -131,13 +131,7 @@ class _Replay:
         self.opts = opts
         self.target = target
         self.run_id = opts.run_id or io.new_run_id(scenario.name)
-        self.run_dir = ensure_dir(opts.runs_dir) / self.run_id
-        try:
-            self.run_dir.mkdir()
-        except OSError as exc:
-            raise output_error(self.run_dir, exc) from None
         self.salt = os.urandom(6).hex()
-        self.result = ReplayResult(self.run_dir)
         # Lags over 1 ms are kept; a request is flagged only where they matter to its TTFT
         # (runner.lag_matters), and nothing is logged mid-run for each lag.
         self.lag = LagMonitor(threshold_s=STALL_S, warn=False)
@@ -147,7 +141,15 @@ class _Replay:
         )
         self._builder: SessionBuilder | None = None
         self._progress: BlockProgress | None = None
+        # The sessions first (a trace is read and checked here): a scenario refused on
+        # its sessions leaves no run folder behind.
         first = self.builder(self.salt)
+        self.run_dir = ensure_dir(opts.runs_dir) / self.run_id
+        try:
+            self.run_dir.mkdir()
+        except OSError as exc:
+            raise output_error(self.run_dir, exc) from None
+        self.result = ReplayResult(self.run_dir)
         manifest: Manifest = {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -250,7 +252,7 @@ class _Replay:
             await asyncio.to_thread(lambda: [s.texts() for s in sessions])
             await self.warmup(ctx, salt)
             self._progress = BlockProgress(
-                len(sessions) * self.scenario.sessions.turns,
+                sum(s.turns for s in sessions),
                 f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
@@ -326,6 +328,9 @@ class _Replay:
     def _in_flight(self, plan: BlockPlan) -> int:
         """Sessions in flight at most in a block (connections worth opening ahead)."""
         sessions = self.scenario.sessions
+        builder = self._builder
+        if builder is not None and builder.is_trace:
+            return max(1, min(len(builder.sessions()), self.scenario.load.max_in_flight))
         total = sessions.count * len(sessions.initial_context_tokens)
         cap = int(plan.level) if self.scenario.load.arrival == "closed" else total
         return max(1, min(cap, total))

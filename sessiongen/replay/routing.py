@@ -143,7 +143,7 @@ async def send(ctx: Route, req: TurnRequest) -> tuple[Result, Served]:
     placement = ctx.plan.placement
     timeout_s = sc.driver.request_timeout_s
     if not is_routed(placement):
-        replica = replica_for(placement, req.session_index, req.turn, len(ctx.urls), sc.seed)
+        replica = replica_for(placement, req.home_key, req.turn, len(ctx.urls), sc.seed)
         url = ctx.urls[replica]
         http = ctx.client.http
         before = await counters.snapshot(http, url) if ctx.exact_counters else None

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
-from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.design.blocks import BlockPlan
 from sessiongen.records.format import RequestRecord
 from sessiongen.replay import routing
@@ -49,16 +48,22 @@ class BlockContext:
         return CHAT_PATH if self.scenario.model.api == "chat" else COMPLETIONS_PATH
 
     @property
+    def open_loop(self) -> bool:
+        """Sessions start on a schedule: an open-loop load, or a trace's timestamps."""
+        sc = self.scenario
+        return sc.load.arrival != "closed" or sc.sessions.source == "trace"
+
+    @property
     def exact_counters(self) -> bool:
         """Counters around each request are exact only when requests never overlap: one
         session at a time (closed loop at level 1)."""
-        return self.scenario.load.arrival == "closed" and self.plan.level == 1
+        return not self.open_loop and self.plan.level == 1
 
     @property
     def concurrency(self) -> int:
         """Sessions in flight at most: the closed loop's level, or the open loop's cap."""
         load = self.scenario.load
-        return int(self.plan.level) if load.arrival == "closed" else load.max_in_flight
+        return load.max_in_flight if self.open_loop else int(self.plan.level)
 
 
 def record_of(
@@ -123,6 +128,10 @@ def record_of(
         first_logprob=res.first_logprob,
         loop_lag_flag=lag_matters(ctx.lag, res),
         prompt_digest=req.prompt_digest(),
+        trace_line=req.trace_line,
+        trace_shared_blocks=None if req.prefix is None else req.prefix.shared_blocks,
+        trace_shared_tokens=None if req.prefix is None else req.prefix.shared_tokens,
+        trace_reuse_distance=None if req.prefix is None else req.prefix.reuse_distance,
         server_ttft_s=_server_ttft_s(res),
         server_queue_s=_server_fact_s(res, "modeled_queue_s"),
         load_level=plan.level,
@@ -195,14 +204,15 @@ async def run_session(
     ``offset_s`` (open loop) is the session's scheduled start, modeled seconds after
     ``start_ns``; closed-loop sessions start at once and wait for a concurrency slot.
     Either way the wait for a slot is the first turn's ``queue_s``. Before each later
-    turn the session pauses its think time (:func:`~.arrivals.think_times`).
+    turn the session pauses its think time (:func:`~.arrivals.think_times`; a trace
+    session: its delays, :meth:`Session.pauses`).
     """
     sc = ctx.scenario
     scale = ctx.time_scale
     if offset_s is not None:
         await _sleep_until(start_ns + int(offset_s * scale * 1e9))
     arrival = time.perf_counter_ns()
-    pauses = think_times(sc.sessions, session.index, sc.seed)
+    pauses = session.pauses()
     async with sem:
         queue_s = (time.perf_counter_ns() - arrival) / 1e9
         answers: list[str] = []
@@ -247,13 +257,10 @@ async def run_sessions(
     """A block's sessions under its load: closed loop (at most ``concurrency``, by default
     the level, in flight) or open loop (each session starting on its schedule,
     :func:`~.arrivals.arrival_offsets`, indexed by the session's place in the scenario so
-    a worker process running some of them keeps their times)."""
-    sc = ctx.scenario
+    a worker process running some of them keeps their times; a trace's sessions start
+    at their first timestamps)."""
     sem = asyncio.Semaphore(concurrency or ctx.concurrency)
-    total = sc.sessions.count * len(sc.sessions.initial_context_tokens)
-    offsets: list[float] | None = None
-    if sc.load.arrival != "closed":
-        offsets = arrival_offsets(sc.load, ctx.plan.level, total, sc.seed)
+    offsets = sessions[0].builder.starts(ctx.plan.level) if sessions else None
     start_ns = time.perf_counter_ns()
     await asyncio.gather(
         *(

@@ -144,7 +144,9 @@ async def run_in_workers(
     mpctx = mp.get_context("spawn")
     out = mpctx.Queue()
     go = mpctx.Event()
-    shares = split_concurrency(ctx.concurrency, workers)
+    # Never more streams than sessions: an open loop's cap (load.max_in_flight, 100,000 by
+    # default) would otherwise have each worker open that many connections before it starts.
+    shares = split_concurrency(min(ctx.concurrency, max(len(session_indices), workers)), workers)
     base = WorkerJob(
         worker=0,
         scenario=ctx.scenario.to_dict(),

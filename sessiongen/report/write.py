@@ -206,6 +206,20 @@ def _simulated_note(run: Run) -> str:
     )
 
 
+def _contamination_method(run: Run) -> str:
+    if run.trace:
+        return (
+            "Contamination: turn-1 cached/local/external hit tokens above what the trace says "
+            "the request shares with earlier ones (trace_shared_tokens, plus the chat "
+            "template), or external hits with the cache off. Correctness probes (needles, "
+            "equivalence) are synthetic-only: not exercised on a trace."
+        )
+    return (
+        "Contamination: turn-1 cached/local/external hit tokens above "
+        f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off."
+    )
+
+
 def _durations(run: Run) -> str:
     """The method's line on the unit of every duration."""
     if not run.modeled:
@@ -640,8 +654,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 "else each arm on its own. With fewer than "
                 f"{MIN_SESSIONS} sessions per arm they cover less than stated "
                 "(bench/interval_coverage.py; README, Analysis).",
-                "Contamination: turn-1 cached/local/external hit tokens above "
-                f"{run.shared_prefix_tokens} (shared prefix), or external hits with the cache off.",
+                _contamination_method(run),
                 "Correctness: answers are compared only between requests that sent the same "
                 "prompt (prompt_digest), and counted against the OFF arm: a cache failure is "
                 "an ON answer wrong where OFF was right (needles), or whose token ids differ "

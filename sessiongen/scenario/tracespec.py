@@ -11,6 +11,15 @@
     speedup = 1.0                         # times and delays divided by it
     limit = 1000                          # at most this many requests
     window_ms = [0, 600000]               # a length from the first request, or [start, end]
+    placement_key = "session"             # or "prefix": what client placements key on
+
+``placement_key`` says what the client's own placements (``alternate``, ``fixed``,
+``random``, ``move-at:K``) treat as "the session" when they pick a replica: ``session``
+(the default) keys on the request's session (its index in the replay; a line without
+``session_id`` is a one-turn session of its own), so ``fixed`` keeps a session on one
+replica; ``prefix`` keys on the request's prefix root (its first hash id), so ``fixed``
+sends every request that starts with the same block to the same replica, the
+client-side twin of a prefix-aware router, for traces without sessions.
 
 This module is pure data (the reader is :mod:`sessiongen.workload.trace`), so the
 scenario schema embeds it without importing the workload. The file's lines are checked
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sessiongen.scenario.schema import spec
 
@@ -39,6 +49,11 @@ class TraceSpec:
         one_or_many=True,
         empty="the whole trace",
         doc="a length in ms from the first request, or [start, end] trace ms (end excluded)",
+    )
+
+    placement_key: Literal["session", "prefix"] = spec(
+        "session",
+        doc="client placements key on: session (a session's index) | prefix (the first hash id)",
     )
 
     def __post_init__(self) -> None:

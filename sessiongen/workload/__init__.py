@@ -9,5 +9,6 @@ and Mooncake-style traces read and written.
 - :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);
 - :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);
 - :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
+- :mod:`.tracesessions`: a trace as the replay's sessions (turns, start times, delays, facts);
 - :mod:`.export`: a scenario's requests as a Mooncake-style trace (``sessiongen export``).
 """

@@ -1,4 +1,4 @@
-"""A scenario's synthetic requests written as a Mooncake-style trace (``sessiongen export``).
+"""A scenario's requests written as a Mooncake-style trace (``sessiongen export``).
 
 One line per (session, turn), session by session, in the format :mod:`.trace` reads:
 
@@ -18,6 +18,11 @@ One line per (session, turn), session by session, in the format :mod:`.trace` re
   hash, so equal ids at a position mean equal prefixes through that block; ids are small
   integers given in order of first appearance, as Mooncake's are.
 
+A trace scenario (``sessions.source = "trace"``) is written with its own schedule: each
+session's first timestamp and each later turn's pause (a delay, or the timestamp gap),
+as scaled by ``speedup``, and each line's ``output_length``; at speedup 1 a trace
+exported this way is the trace read back (a test), up to the numbering of its ids.
+
 Sessions are written in order of their start, so timestamps never decrease down the
 file, and the file appears whole or not at all (:func:`~sessiongen.infra.files.atomic_write`).
 """
@@ -32,7 +37,7 @@ from typing import IO, Any
 
 import orjson
 
-from sessiongen.design.arrivals import arrival_offsets, think_times
+from sessiongen.design.arrivals import arrival_offsets
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import atomic_write, ensure_dir
 from sessiongen.scenario.spec import Scenario
@@ -106,16 +111,19 @@ def write_mooncake(
     builder = SessionBuilder(scenario, salt, gen)
     sessions = builder.sessions()
     level = (scenario.load.levels or (1.0,))[0]
-    offsets = arrival_offsets(scenario.load, level, len(sessions), scenario.seed)
+    # A trace scenario's own starts and delays; else the load's schedule (closed: all 0).
+    offsets = builder.starts(level) or arrival_offsets(
+        scenario.load, level, len(sessions), scenario.seed
+    )
     order = sorted(range(len(sessions)), key=lambda i: (offsets[i], i))
     blocks = BlockIds(block_tokens)
     counts = {"requests": 0, "sessions": len(sessions), "input_tokens": 0, "blocks": 0}
-    with_sessions = spec.turns > 1
+    with_sessions = any(s.turns > 1 for s in sessions)
 
     def write(fh: IO[bytes]) -> None:
         for i in order:
             session = sessions[i]
-            pauses = think_times(spec, session.index, scenario.seed)
+            pauses = session.pauses()
             for req in session.requests():
                 tokens = turn_tokens(gen.tokenizer, req)
                 row: dict[str, Any] = {}
@@ -126,7 +134,7 @@ def write_mooncake(
                 else:
                     row["delay"] = _ms(pauses[req.turn - 1])
                 row["input_length"] = len(tokens)
-                row["output_length"] = spec.max_tokens
+                row["output_length"] = req.max_tokens or spec.max_tokens
                 row["hash_ids"] = blocks.of(tokens)
                 fh.write(orjson.dumps(row) + b"\n")
                 counts["requests"] += 1

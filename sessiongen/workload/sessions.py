@@ -14,6 +14,12 @@ History modes (``sessions.history``):
 - ``live``: the server's real answers are fed back (the driver passes them in);
 - ``none``: every turn sends the context with that turn's question only (probe chains).
 
+Trace scenarios (``sessions.source = "trace"``) get their sessions from the trace
+instead (:mod:`.tracesessions`): each turn sends its line's whole prompt
+(:class:`~.traceprompts.TracePrompts`, exact to the token) with ``max_tokens`` the
+line's ``output_length``, and carries the line number and prefix-sharing facts into its
+record; the history mode and the probes do not apply to them.
+
 Needle probes plant facts ("The access code of vault 41 is 9317.") at spread-out
 depths of the context; turn k asks for fact k and stores the exact answer beside the
 request.
@@ -30,11 +36,15 @@ from typing import Any
 import numpy as np
 import orjson
 
+from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.workload.reuse import PrefixFacts
 from sessiongen.workload.textgen import TextGenerator, generator_for
 from sessiongen.workload.tokenize import Tokenizer
+from sessiongen.workload.traceprompts import TracePrompts
+from sessiongen.workload.tracesessions import TraceSession, load_sessions
 
 _QUESTION_HEAD = " Question:"
 _PLAIN_ASK = "What do you make of this?"
@@ -112,6 +122,15 @@ class TurnRequest:
     content_tokens: int
     expected: str | None
     segments: tuple[tuple[str, tuple[Piece, ...]], ...]  # (role, content pieces)
+    max_tokens: int | None = None  # None: the scenario's sessions.max_tokens
+    trace_line: int | None = None  # trace requests: the line of the trace
+    prefix: PrefixFacts | None = None  # trace requests: what they share with earlier ones
+    placement_key: int | None = None  # what client placements key on (None: session_index)
+
+    @property
+    def home_key(self) -> int:
+        """The index client placements pick the replica by (:mod:`sessiongen.design.placement`)."""
+        return self.session_index if self.placement_key is None else self.placement_key
 
     @property
     def messages(self) -> tuple[tuple[str, str], ...]:
@@ -121,7 +140,7 @@ class TurnRequest:
     def body(self, scenario: Scenario, *, user: str | None = None) -> dict[str, Any]:
         """The exact request body replay sends for this turn (``user``: the body's
         ``user`` field, which some routers key on)."""
-        return request_body(scenario, self.messages, user=user)
+        return request_body(scenario, self.messages, user=user, max_tokens=self.max_tokens)
 
     def prompt_digest(self) -> str:
         """A digest of the exact prompt: every message's role and content, in order.
@@ -150,7 +169,7 @@ class TurnRequest:
         else:
             groups = [tuple(p for _role, pieces in self.segments for p in pieces)]
             template = [("user", _SENTINEL % 0)]
-        raw = orjson.dumps(request_body(scenario, template, user=user))
+        raw = orjson.dumps(request_body(scenario, template, user=user, max_tokens=self.max_tokens))
         parts: list[bytes] = []
         pos = 0
         for i, pieces in enumerate(groups):
@@ -167,11 +186,17 @@ _SENTINEL = "@@sessiongen-content-%d@@"
 
 
 def request_body(
-    scenario: Scenario, messages: Sequence[tuple[str, str]], *, user: str | None = None
+    scenario: Scenario,
+    messages: Sequence[tuple[str, str]],
+    *,
+    user: str | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """An OpenAI-compatible streaming request body for ``messages`` (and ``user``)."""
+    """An OpenAI-compatible streaming request body for ``messages`` (and ``user``);
+    ``max_tokens`` by default the scenario's."""
     s = scenario.sampling
-    max_tokens = scenario.sessions.max_tokens
+    if max_tokens is None:
+        max_tokens = scenario.sessions.max_tokens
     body: dict[str, Any] = {"model": scenario.model.name}
     if scenario.model.api == "chat":
         body["messages"] = [{"role": role, "content": content} for role, content in messages]
@@ -210,11 +235,21 @@ class Session:
     index: int
     session_id: str
     context_tokens: int
+    trace: TraceSession | None = None  # a trace scenario's session: its turns and times
     _parts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def turns(self) -> int:
+        if self.trace is not None:
+            return len(self.trace.turns)
         return self.builder.scenario.sessions.turns
+
+    def pauses(self) -> list[float]:
+        """Modeled seconds before each turn, after the previous answer (turn 1: 0)."""
+        if self.trace is not None:
+            return [t.pause_s for t in self.trace.turns]
+        sc = self.builder.scenario
+        return think_times(sc.sessions, self.index, sc.seed)
 
     def texts(self) -> dict[str, Any]:
         """The session's texts (system, context, questions, answers, expected), built once."""
@@ -231,6 +266,8 @@ class Session:
         if not 1 <= turn <= self.turns:
             raise ValueError(f"turn {turn} outside 1..{self.turns}")
         parts = self.texts()
+        if self.trace is not None:
+            return self._trace_request(turn, parts["prompts"][turn - 1])
         spec = self.builder.scenario.sessions
         msgs: list[tuple[str, tuple[Piece, ...]]] = []
         tokens = 0
@@ -266,6 +303,26 @@ class Session:
             segments=tuple(msgs),
         )
 
+    def _trace_request(self, turn: int, prompt: Blob) -> TurnRequest:
+        """A trace turn: its line's whole prompt, its output length, its facts."""
+        assert self.trace is not None
+        t = self.trace.turns[turn - 1]
+        req = t.request
+        by_prefix = self.builder.scenario.sessions.trace.placement_key == "prefix"
+        return TurnRequest(
+            session_id=self.session_id,
+            session_index=self.index,
+            turn=turn,
+            context_tokens=self.context_tokens,
+            content_tokens=req.input_length,
+            expected=None,
+            segments=(("user", (prompt,)),),
+            max_tokens=req.output_length,
+            trace_line=req.line,
+            prefix=t.facts,
+            placement_key=req.hash_ids[0] if by_prefix else None,
+        )
+
     def requests(self) -> Iterator[TurnRequest]:
         """Every turn in order (frozen and none modes)."""
         for turn in range(1, self.turns + 1):
@@ -282,6 +339,8 @@ class SessionBuilder:
         self.salt = salt
         self.generator = generator or generator_for(scenario.model.tokenizer)
         self._system: Blob | None = None
+        self._trace: list[TraceSession] | None = None
+        self._prompts: TracePrompts | None = None
         self._check()
 
     @property
@@ -296,12 +355,8 @@ class SessionBuilder:
         spec = self.scenario.sessions
         src = self.scenario.source
         if spec.source == "trace":
-            raise ScenarioError(
-                src,
-                "sessions.source",
-                'expected "synthetic": replaying or planning a trace is not built yet '
-                "(sessiongen.workload.trace reads one, sessiongen export writes one)",
-            )
+            self._check_trace()
+            return
         floor = self._question_floor()
         if spec.question_tokens < floor:
             raise ScenarioError(
@@ -326,6 +381,38 @@ class SessionBuilder:
                 "context sizes",
             )
 
+    def _check_trace(self) -> None:
+        """Read the trace (one line naming file, line and field if it is bad) and check
+        what a trace replay does not do: probes, its own load schedule, too much memory."""
+        sc = self.scenario
+        src = sc.source
+        if sc.sessions.probe != "none":
+            raise ScenarioError(
+                src, "sessions.probe", 'expected "none" for a trace (probes are synthetic-only)'
+            )
+        if sc.load.arrival != "closed" or sc.load.levels:
+            raise ScenarioError(
+                src,
+                "load",
+                "a trace's arrivals are its timestamps: leave load.arrival and load.levels "
+                "out (sessions.trace.speedup scales them)",
+            )
+        self._trace = load_sessions(sc)
+        self._prompts = TracePrompts(
+            self.generator,
+            seed=sc.seed,
+            salt=self.salt,
+            block_tokens=sc.sessions.trace.block_tokens,
+        )
+        need, have = self.text_bytes(), physical_memory()
+        if have and need > have // 2:
+            raise ScenarioError(
+                src,
+                "sessions.trace",
+                f"the trace's prompts would take about {need / 2**30:.1f} GiB, more than half "
+                f"of this machine's {have / 2**30:.1f} GiB; set sessions.trace.limit or window_ms",
+            )
+
     def text_bytes(self) -> int:
         """About how much memory the texts of all sessions take while a block runs.
 
@@ -333,6 +420,8 @@ class SessionBuilder:
         once per session; building one costs about 40 bytes a token for a moment.
         """
         spec = self.scenario.sessions
+        if self._trace is not None:
+            return int(4.4 * sum(t.request.input_length for s in self._trace for t in s.turns))
         per_turn = spec.question_tokens + spec.answer_tokens
         per_session = [n + spec.turns * per_turn for n in spec.initial_context_tokens]
         kept = int(4.4 * spec.count * sum(per_session))
@@ -345,14 +434,35 @@ class SessionBuilder:
         return self.generator.count(_QUESTION_HEAD + " " + probe) + 2
 
     def sessions(self) -> list[Session]:
-        """All sessions: ``count`` per initial context size, indexed globally."""
+        """All sessions: ``count`` per initial context size, indexed globally (a trace's:
+        in the order of their first lines, ``context_tokens`` 0: a trace has no context
+        sizes, so its requests form one group in the analysis)."""
         spec = self.scenario.sessions
+        if self._trace is not None:
+            return [Session(self, i, t.session_id, 0, trace=t) for i, t in enumerate(self._trace)]
         out: list[Session] = []
         for n in spec.initial_context_tokens:
             for _ in range(spec.count):
                 i = len(out)
                 out.append(Session(self, i, f"s{i:04d}-{_label(n)}", n))
         return out
+
+    def starts(self, level: float) -> list[float] | None:
+        """Each session's scheduled start (modeled seconds from the block's start, by
+        session index) at load ``level``, or None for a closed loop: a trace's first
+        timestamps, else the open-loop schedule (:func:`~.arrivals.arrival_offsets`)."""
+        if self._trace is not None:
+            return [s.start_s for s in self._trace]
+        sc = self.scenario
+        if sc.load.arrival == "closed":
+            return None
+        total = sc.sessions.count * len(sc.sessions.initial_context_tokens)
+        return arrival_offsets(sc.load, level, total, sc.seed)
+
+    @property
+    def is_trace(self) -> bool:
+        """Whether the sessions come from a trace (open loop on its timestamps)."""
+        return self._trace is not None
 
     def system_prompt(self) -> Blob | None:
         """The shared system prompt (one object for all sessions of a run), or None."""
@@ -372,8 +482,13 @@ class SessionBuilder:
         return head + gen.fit(body, n_tokens, rng, prefix=head)
 
     def build_parts(self, session: Session) -> dict[str, Any]:
-        """Context, questions, frozen answers and needle answers of one session."""
+        """Context, questions, frozen answers and needle answers of one session (a
+        trace session's: each turn's whole prompt)."""
         spec = self.scenario.sessions
+        if session.trace is not None:
+            assert self._prompts is not None
+            prompts = self._prompts
+            return {"prompts": [Blob(prompts.text(t.request)) for t in session.trace.turns]}
         rng = np.random.default_rng(_seed_of(self.scenario.seed, session.index))
         head = marker(self.generator, self.salt, session.session_id)
         expected: list[str | None] = [None] * spec.turns

@@ -131,3 +131,15 @@ def test_shipped_traces_are_what_their_scenarios_export(tmp_path: Path, name: st
     rows = list(read_trace(SHIPPED / f"{name}.jsonl"))
     assert all((r.session_id is None) == (name == "single-requests") for r in rows)
     assert len({r.hash_ids[0] for r in rows}) == 1  # the shared system prompt's first block
+
+
+@pytest.mark.parametrize("name", ["chat-sessions", "single-requests"])
+def test_a_trace_scenario_exports_as_the_trace_it_replays(tmp_path: Path, name: str) -> None:
+    sc = scenario.load(
+        SHIPPED / "chat-replay.toml",
+        [f"sessions.trace.file={name}.jsonl", "sessions.trace.speedup=1"],
+    )
+    out = tmp_path / f"{name}.jsonl"
+    write_mooncake(sc, "another-salt", out)
+    # The shipped traces number their ids in order of first appearance, as export does.
+    assert out.read_bytes() == (SHIPPED / f"{name}.jsonl").read_bytes()

@@ -1,0 +1,62 @@
+"""A trace scenario planned on the virtual clock: the trace's sessions, schedule, placements
+and facts, as replay sends them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sessiongen import scenario
+from sessiongen.capacity.plan import plan
+from sessiongen.capacity.virtual import virtual_replay
+from sessiongen.workload.sessions import SessionBuilder
+from tests.support.paths import ROOT
+
+CHAT = ROOT / "scenarios/traces/chat-replay.toml"
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
+    sc = scenario.load(CHAT, ['design.blocks=["off","on"]'])
+    run_dir = virtual_replay(sc, tmp_path_factory.mktemp("plan"))
+    return pl.read_parquet(run_dir / "requests.parquet").filter(~pl.col("warmup"))
+
+
+def test_every_line_is_planned_on_the_traces_schedule(planned: pl.DataFrame) -> None:
+    sc = scenario.load(CHAT)
+    sessions = SessionBuilder(sc, "salt").sessions()
+    starts = {s.session_id: s.trace.start_s for s in sessions if s.trace is not None}
+    assert planned.height == 4 * 18
+    for block in range(4):
+        rows = planned.filter(pl.col("block") == block).sort("trace_line")
+        assert rows["trace_line"].to_list() == list(range(1, 19))
+        assert rows["completion_tokens"].to_list() == [200] * 18
+        first = rows.filter(pl.col("turn") == 1)
+        assert first["arrival_s"].to_list() == [starts[s] for s in first["session_id"]]
+        later = rows.filter(pl.col("turn") > 1)
+        assert (later["trace_shared_blocks"] >= 5).all()
+        assert (later["think_s"] > 0).all()
+
+
+def test_planned_placements_and_hits_follow_the_trace(planned: pl.DataFrame) -> None:
+    alt = planned.filter(pl.col("placement") == "alternate")
+    assert (alt["replica"] == (alt["turn"] - 1 + alt["session_index"]) % 2).all()
+    fixed = planned.filter(pl.col("placement") == "fixed")
+    assert (fixed["replica"] == fixed["session_index"] % 2).all()
+    assert (planned.filter(pl.col("cache") == "off")["external_hit_tokens"] == 0).all()
+    moved_on = alt.filter((pl.col("turn") == 2) & (pl.col("cache") == "on"))
+    assert (moved_on["external_hit_tokens"] > 0).all()
+    assert (fixed.filter(pl.col("turn") > 1)["local_hit_tokens"] >= 5 * 512).all()
+
+
+def test_sessiongen_plan_takes_a_trace_scenario(tmp_path: Path) -> None:
+    out = plan(
+        CHAT,
+        overrides=['design.blocks=["off","on"]', 'placement.policies=["alternate"]'],
+        runs_dir=tmp_path,
+    )
+    whatif = pl.read_parquet(out / "whatif.parquet")
+    assert whatif["placement"].to_list() == ["alternate"]
+    assert (out / "report" / "report.md").is_file()
