@@ -30,7 +30,6 @@ from sessiongen.client.engine import engine_facts
 from sessiongen.errors import EndpointError, ScenarioError
 from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import RouterSpec, is_routed
-from sessiongen.scenario.schema import to_plain
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.router import RouterFront, router_log
 
@@ -179,9 +178,7 @@ class EndpointsTarget:
     async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
         facts: BlockFacts = {"restarted": False, "kv_connector": said_connectors(self.servers)}
-        router = await self.routers.close()
-        if router is not None:
-            facts["router"] = router
+        await self.routers.close_into(facts)
         return facts
 
     def describe(self) -> dict[str, Any]:
@@ -192,10 +189,7 @@ class EndpointsTarget:
             "endpoints": self.urls,
             "servers": self.servers,
         }
-        if any(map(is_routed, self.placements)):
-            facts["router"] = self.routers.describe()
-            facts["served_by"] = to_plain(self.served_by)
-        return facts
+        return {**facts, **self.routers.target_facts(self.placements, self.served_by)}
 
     async def close(self) -> None:
         await self.routers.close()

@@ -19,8 +19,7 @@ from typing import Any
 
 from sessiongen.errors import ScenarioError
 from sessiongen.records.format import BlockFacts
-from sessiongen.scenario.routerspec import GATEWAY, RouterSpec, is_routed
-from sessiongen.scenario.schema import to_plain
+from sessiongen.scenario.routerspec import GATEWAY, RouterSpec
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.endpoints import Simulation, probe_servers, said_connectors, simulation
 from sessiongen.targets.router import RouterFront, router_log
@@ -111,9 +110,7 @@ class PairsTarget:
         if self._open is not None:
             facts["kv_connector"] = said_connectors(self.servers[self._open])
         self._open = None
-        router = await self.routers.close()
-        if router is not None:
-            facts["router"] = router
+        await self.routers.close_into(facts)
         return facts
 
     def describe(self) -> dict[str, Any]:
@@ -126,10 +123,7 @@ class PairsTarget:
             # One list, each server with its arm, as readers of "servers" expect.
             "servers": [{**s, "arm": arm} for arm in ARMS for s in self.servers[arm]],
         }
-        if any(map(is_routed, self.placements)):
-            facts["router"] = self.routers.describe()
-            facts["served_by"] = to_plain(self.served_by)
-        return facts
+        return {**facts, **self.routers.target_facts(self.placements, self.served_by)}
 
     async def close(self) -> None:
         await self.routers.close()

@@ -20,7 +20,8 @@ from typing import Any
 
 from sessiongen.errors import ScenarioError
 from sessiongen.launch.router import ManagedRouter, require_router, router_version
-from sessiongen.scenario.routerspec import GATEWAY, RouterSpec, router_policy
+from sessiongen.records.format import BlockFacts
+from sessiongen.scenario.routerspec import GATEWAY, RouterSpec, is_routed, router_policy
 from sessiongen.scenario.schema import to_plain
 
 
@@ -79,6 +80,22 @@ class RouterFront:
             return None
         outcome = await asyncio.to_thread(router.stop)
         return {**router.facts(), "stop": outcome}
+
+    async def close_into(self, facts: BlockFacts) -> None:
+        """:meth:`close`, and what ran (if a router did) as the block's ``router`` fact."""
+        router = await self.close()
+        if router is not None:
+            facts["router"] = router
+
+    def target_facts(self, placements: Iterable[str], served_by: Any = None) -> dict[str, Any]:
+        """The manifest target's ``router`` (and ``served_by``, a :class:`ServedBy`, when
+        given) where some placement is routed; nothing otherwise."""
+        if not any(map(is_routed, placements)):
+            return {}
+        facts = {"router": self.describe()}
+        if served_by is not None:
+            facts["served_by"] = to_plain(served_by)
+        return facts
 
     def describe(self) -> dict[str, Any]:
         """The manifest's ``target.router`` section."""

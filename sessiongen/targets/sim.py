@@ -88,9 +88,7 @@ class SimTarget:
     async def close_block(self, *, next_cache: str | None = None) -> BlockFacts:
         self._blocks += 1
         facts: BlockFacts = {"restarted": self.restarts}
-        router = await self.routers.close()
-        if router is not None:
-            facts["router"] = router
+        await self.routers.close_into(facts)
         if self.restarts and self._handle is not None:
             facts["pid"] = self._handle.pid
             await asyncio.to_thread(self._handle.stop)

@@ -31,8 +31,7 @@ from sessiongen.client.engine import EngineFacts, engine_facts, reported_arm
 from sessiongen.errors import EndpointError
 from sessiongen.infra import procs
 from sessiongen.records.format import BlockFacts
-from sessiongen.scenario.routerspec import RouterSpec, is_routed
-from sessiongen.scenario.schema import to_plain
+from sessiongen.scenario.routerspec import RouterSpec
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.endpoints import Simulation, probe_servers, simulation
 from sessiongen.targets.router import RouterFront, router_log
@@ -193,9 +192,7 @@ class SwitchedTarget:
             facts["switch"] = {k: v for k, v in last.items() if k != "engine"}
             engines = last.get("engine") or []
             facts["kv_connector"] = [dict(e.get("kv_connector") or {}) for e in engines]
-        router = await self.routers.close()
-        if router is not None:
-            facts["router"] = router
+        await self.routers.close_into(facts)
         return facts
 
     def describe(self) -> dict[str, Any]:
@@ -209,10 +206,7 @@ class SwitchedTarget:
             "servers": self.servers,
             "blocks": self.switches,
         }
-        if any(map(is_routed, self.placements)):
-            facts["router"] = self.routers.describe()
-            facts["served_by"] = to_plain(self.served_by)
-        return facts
+        return {**facts, **self.routers.target_facts(self.placements, self.served_by)}
 
     async def close(self) -> None:
         await self.routers.close()
