@@ -883,6 +883,37 @@ def fit_cmd(
     help="The Ray cluster to use (ray.init's address: auto, ray://HOST:10001); default: "
     "RAY_ADDRESS, else a local Ray instance.",
 )
+@click.option(
+    "--seeds",
+    type=click.IntRange(1),
+    default=3,
+    show_default=True,
+    help="Replicates per configuration: the scenario's seed, then seed+1, ... (arrivals, "
+    "pauses, lengths; and the fit's parameter draws when the profile carries them), "
+    "their sessions pooled for the intervals.",
+)
+@click.option(
+    "--pays-at",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.1,
+    show_default=True,
+    help="The session gain (OFF / ON) the pool must reach: its 95% interval wholly at or "
+    "above it pays, wholly below does not pay, straddling it is undecided.",
+)
+@click.option(
+    "--find",
+    "find_spec",
+    metavar="KEY=LOW:HIGH",
+    help="Bisect one numeric key for where each cell's verdict changes, e.g. --find "
+    "target.sim.pool_capacity_gib=1:256 (integers when both ends are).",
+)
+@click.option(
+    "--find-steps",
+    type=click.IntRange(1),
+    default=6,
+    show_default=True,
+    help="Halvings per boundary of --find (each plans every configuration and seed).",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @set_option
 def plan_cmd(
@@ -894,6 +925,10 @@ def plan_cmd(
     jobs: int | None,
     executor: str,
     address: str | None,
+    seeds: int,
+    pays_at: float,
+    find_spec: str | None,
+    find_steps: int,
     progress: bool,
     overrides: tuple[str, ...],
 ) -> None:
@@ -905,6 +940,10 @@ def plan_cmd(
     parallel, over this machine's cores (--jobs) or as Ray tasks (--executor ray); the
     tables are the same either way. Every figure is the simulator's (fit it to your
     hardware with sessiongen fit), never a measurement.
+
+    Each configuration runs --seeds times; the decision table gives the pool's gain
+    (whole session, later turns) and goodput with 95% intervals and a verdict against
+    --pays-at. --find KEY=LOW:HIGH bisects one key for where the verdict changes.
     """
     from sessiongen.capacity import plan as plan_mod
     from sessiongen.capacity.grid import Config, Vary
@@ -913,7 +952,28 @@ def plan_cmd(
 
     parsed = [Vary.parse(v) for v in varies]
     sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
-    total = 1
+    sweep = SweepOptions(jobs, cast(Executor, executor), address)
+    if find_spec is not None:
+        from sessiongen.capacity.find import find
+
+        def point(value: float, rows: object) -> None:
+            click.echo(f"planned {find_spec.partition('=')[0]}={value:g}")
+
+        found = find(
+            scenario_file, find_spec, overrides=sets, varies=parsed, runs_dir=Path(runs_dir),
+            tokens=cast(Tokens, tokens), sweep=sweep, seeds=seeds, pays_at=pays_at,
+            steps=find_steps, on_point=point,
+        )  # fmt: skip
+        click.echo(
+            plan_mod.console_table(found.out, [Vary(found.key, ()), *parsed], decision_only=True)
+        )
+        click.echo(f"Where the verdict flips (pays at {pays_at:g}, {seeds} seeds):")
+        for line in found.lines():
+            click.echo(f"  {line}")
+        click.echo(f"find: {found.out}")
+        click.echo(f"report: {found.out / 'report' / 'report.md'}")
+        return
+    total = seeds
     for v in parsed:
         total *= len(v.values)
     finished: list[int] = []
@@ -929,8 +989,10 @@ def plan_cmd(
         runs_dir=Path(runs_dir),
         tokens=cast(Tokens, tokens),
         progress=progress,
-        sweep=SweepOptions(jobs, cast(Executor, executor), address),
+        sweep=sweep,
         on_config=done,
+        seeds=seeds,
+        pays_at=pays_at,
     )
     click.echo(plan_mod.console_table(out, parsed))
     click.echo(f"plan: {out}")

@@ -22,6 +22,21 @@ from sessiongen.scenario.spec import load as load_scenario
 #: What each what-if column means (one row per configuration, placement, context, level).
 WHATIF_COLUMNS = {
     "session_gain": SESSION_GAIN,
+    "session_gain_low": "lower end of the session gain's 95% interval: paired bootstrap "
+    "over sessions (expanded percentile, Hesterberg 2015), every replicate's sessions pooled",
+    "session_gain_high": "upper end of the session gain's 95% interval (same method)",
+    "sessions": "sessions the session gain's interval resamples (replicates x sessions)",
+    "later_gain": "median TTFT over turns 2.. OFF / ON, every replicate pooled",
+    "later_gain_low": "lower end of the later-turn gain's 95% interval (paired bootstrap "
+    "over sessions, a session's later turns one unit)",
+    "later_gain_high": "upper end of the later-turn gain's 95% interval",
+    "session_gain_seed_min": "smallest session gain of one replicate (seed, parameter draw)",
+    "session_gain_seed_max": "largest session gain of one replicate (seed, parameter draw)",
+    "replicates": "runs pooled per configuration (--seeds: arrival seeds, with the "
+    "profile's parameter draws when it carries them)",
+    "pays_at": "the threshold of --pays-at the verdict reads the session gain against",
+    "verdict": "pays (the session gain's whole interval >= pays_at), does not pay (wholly "
+    "below), undecided (the interval straddles it)",
     "ttft_sum_gain": "the same ratio of the whole-session TTFT sum (prefill and queueing "
     "only, the part the pool shortens; no decode)",
     "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
@@ -30,6 +45,9 @@ WHATIF_COLUMNS = {
     "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on, modeled s",
     "good_turns_off": "share of turns with TTFT within the objective, pool off",
     "good_turns_on": "share of turns with TTFT within the objective, pool on",
+    "good_turns_on_low": "lower end of that share's 95% interval (sessions the clusters: "
+    "Wilson with design effect, Korn & Graubard 1998)",
+    "good_turns_on_high": "upper end of that share's 95% interval",
     "local_hit_rate_on": "prompt tokens served from the replica's own cache, pool on",
     "pool_hit_rate_on": "prompt tokens served from the shared pool, pool on",
     "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on, "

@@ -26,13 +26,24 @@ Every figure is the model's, for one seeded arrival sequence: nothing here is me
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from sessiongen.analysis.latency import session_speedup
+from sessiongen.analysis.latency import session_speedup, speedup_table
+from sessiongen.analysis.stats import clustered_share
+from sessiongen.capacity.decision import (
+    DEFAULT_PAYS_AT,
+    DEFAULT_SEEDS,
+    pooled,
+    profile_draws,
+    replicate_sets,
+    with_verdicts,
+)
 from sessiongen.capacity.grid import Config, Vary, configs
 from sessiongen.capacity.sweep import SweepOptions, run_all
 from sessiongen.capacity.virtual import (
@@ -43,10 +54,11 @@ from sessiongen.capacity.virtual import (
     plan_config,
     write_run,
 )
+from sessiongen.errors import UserError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
-from sessiongen.report.whatif import whole_levels, write_whatif_report
+from sessiongen.report.whatif import decision_table, whole_levels, write_whatif_report
 
 
 def plan(
@@ -59,50 +71,115 @@ def plan(
     progress: bool = False,
     sweep: SweepOptions | None = None,
     on_config: Callable[[Config, Path], None] | None = None,
+    seeds: int = DEFAULT_SEEDS,
+    pays_at: float = DEFAULT_PAYS_AT,
 ) -> Path:
-    """Run the grid, its configurations spread out as ``sweep`` says (:mod:`.sweep`;
-    default: over this machine's cores); write the plan folder (module doc); return its path.
+    """Run the grid, ``seeds`` replicates of each configuration (:mod:`.decision`), spread
+    out as ``sweep`` says (:mod:`.sweep`; default: over this machine's cores); write the
+    plan folder (module doc) with each row's verdict against ``pays_at``; return its path.
 
-    Block progress bars show only when the configurations run one after another in
-    this process; otherwise ``on_config`` (called as each configuration finishes, in
-    whatever order) is the progress. Each configuration's run folder is written here,
+    Block progress bars show only when the tasks run one after another in this
+    process; otherwise ``on_config`` (called as each configuration's replicate
+    finishes, in whatever order) is the progress. Each run folder is written here,
     whichever process or node planned it.
     """
     sweep = sweep or SweepOptions()
     sweep.check()
+    check_decision(seeds, pays_at)
     grid = configs(path, overrides, varies)
-    for config in grid:  # before anything runs, and here rather than in a worker
-        check_plannable(config.scenario)
-    name = grid[0].scenario.name
-    out = ensure_dir(runs_dir) / f"plan-{io.new_run_id(name)}"
+    out = new_plan_folder(runs_dir, "plan", grid[0].scenario.name)
+    whatif, turn_frame = run_grid(
+        path, overrides, varies, out, tokens=tokens, progress=progress, sweep=sweep,
+        on_config=on_config, seeds=seeds,
+    )  # fmt: skip
+    whatif = with_verdicts(whatif, pays_at)
+    io.atomic_write_parquet(out / "turns.parquet", turn_frame)
+    io.atomic_write_parquet(out / "whatif.parquet", whatif)
+    write_whatif_report(out, whatif, turn_frame, grid, list(varies), seeds=seeds)
+    return out
+
+
+def check_decision(seeds: int, pays_at: float) -> None:
+    if seeds < 1:
+        raise UserError(f"--seeds: expected an integer >= 1, got {seeds}")
+    if not (math.isfinite(pays_at) and pays_at > 0):
+        raise UserError(f"--pays-at: expected a gain > 0 (e.g. 1.1), got {pays_at}")
+
+
+def new_plan_folder(runs_dir: Path, kind: str, name: str) -> Path:
+    out = ensure_dir(runs_dir) / f"{kind}-{io.new_run_id(name)}"
     try:
         out.mkdir()
     except OSError as exc:
         raise output_error(out, exc) from None
     ensure_dir(out / "configs")
-    alone = sweep.executor == "local" and sweep.workers(len(grid)) == 1
-    tasks = [ConfigTask(c.scenario, c.folder, tokens, progress and alone) for c in grid]
-    run_dirs: dict[int, Path] = {}
+    return out
+
+
+def replicate_folder(config: Config, k: int) -> str:
+    """Replicate ``k``'s run folder under ``configs/``: the configuration's for the
+    first, ``NN-label.rK`` for the others."""
+    return config.folder if k == 0 else f"{config.folder}.r{k}"
+
+
+def run_grid(
+    path: str | Path,
+    overrides: Sequence[str],
+    varies: Sequence[Vary],
+    out: Path,
+    *,
+    tokens: Tokens,
+    progress: bool,
+    sweep: SweepOptions,
+    on_config: Callable[[Config, Path], None] | None,
+    seeds: int,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every (configuration, replicate) as one sweep task, each run folder written under
+    ``out/configs``; the what-if rows (replicates pooled) and per-turn rows in grid order."""
+    grid = configs(path, overrides, varies)
+    draws = profile_draws(grid[0].scenario)
+    base = grid[0].scenario.seed
+    grids = [grid] + [
+        configs(path, [*overrides, *replicate_sets(k, base, draws)], varies)
+        for k in range(1, seeds)
+    ]
+    for g in grids:  # before anything runs, and here rather than in a worker
+        for config in g:
+            check_plannable(config.scenario)
+    pairs = [(c, k) for c in grid for k in range(seeds)]
+    alone = sweep.executor == "local" and sweep.workers(len(pairs)) == 1
+    tasks = [
+        ConfigTask(grids[k][c.index].scenario, replicate_folder(c, k), tokens, progress and alone)
+        for c, k in pairs
+    ]
+    run_dirs: dict[tuple[int, int], Path] = {}
 
     def finished(i: int, planned: PlannedRun) -> None:
-        run_dirs[i] = write_run(out / "configs" / grid[i].folder, planned)
+        config, k = pairs[i]
+        run_dirs[config.index, k] = write_run(
+            out / "configs" / replicate_folder(config, k), planned
+        )
         if on_config is not None:
-            on_config(grid[i], run_dirs[i])
+            on_config(config, run_dirs[config.index, k])
 
     run_all(plan_config, tasks, sweep, finished)
     turns, rows = [], []
     for config in grid:  # in grid order, whatever order they finished in
-        run = load_run(run_dirs[config.index])
+        runs = [load_run(run_dirs[config.index, k]) for k in range(seeds)]
+        run = pooled(runs)
         tag = {"config": config.index, "label": config.label, **config.values}
         turns.append(turn_table(run).with_columns(*_lits(tag)))
-        rows.append(whatif_rows(run).with_columns(*_lits(tag)))
+        spread = pl.concat([whatif_rows(r) for r in runs], how="diagonal_relaxed")
+        spread = spread.group_by(ARM).agg(
+            pl.col("session_gain").min().alias("session_gain_seed_min"),
+            pl.col("session_gain").max().alias("session_gain_seed_max"),
+        )
+        row = whatif_rows(run).join(spread, on=ARM, how="left", nulls_equal=True)
+        rows.append(row.with_columns(pl.lit(seeds).alias("replicates"), *_lits(tag)))
     front = ["config", "label", *(v.key for v in varies)]
     turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
     whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)
-    io.atomic_write_parquet(out / "turns.parquet", turn_frame)
-    io.atomic_write_parquet(out / "whatif.parquet", whatif)
-    write_whatif_report(out, whatif, turn_frame, grid, list(varies))
-    return out
+    return whatif, turn_frame
 
 
 def _lits(tag: dict[str, Any]) -> list[pl.Expr]:
@@ -151,7 +228,48 @@ def _session_gain(run: Run, column: str, name: str) -> pl.DataFrame:
         "context_tokens",
         pl.col("load_level").fill_null(1.0),
         pl.col("speedup").alias(name),
+        pl.col("speedup_ci_low").alias(f"{name}_low"),
+        pl.col("speedup_ci_high").alias(f"{name}_high"),
+        pl.col("n_units").alias(f"{name}_units"),
     )
+
+
+def _later_gain(run: Run) -> pl.DataFrame:
+    """Per arm: median TTFT over turns 2.. OFF / ON, sessions the units (the same paired
+    bootstrap as the per-turn speedup, every later turn of a session one unit's values)."""
+    later = run.filter(pl.col("turn") >= 2)
+    later = replace(
+        later,
+        requests=later.requests.with_columns(
+            pl.lit(2).alias("turn"), pl.col("load_level").fill_null(1.0)
+        ),
+    )
+    gains = speedup_table(later, extra_keys=("load_level",))
+    return gains.select(
+        *ARM,
+        pl.col("speedup").alias("later_gain"),
+        pl.col("speedup_ci_low").alias("later_gain_low"),
+        pl.col("speedup_ci_high").alias("later_gain_high"),
+    )
+
+
+def _goodput(ok: pl.DataFrame, target: float) -> pl.DataFrame:
+    """Per arm, pool on: the share of turns within the objective, sessions the clusters
+    (:func:`~sessiongen.analysis.stats.clustered_share`)."""
+    per = (
+        ok.filter(pl.col("cache") == "on")
+        .group_by([*ARM, "session_index"])
+        .agg((pl.col("ttft_s") <= target).sum().alias("good"), pl.len().alias("turns"))
+    )
+    rows = []
+    for key, sub in per.group_by(ARM):
+        share = clustered_share(sub["good"].to_numpy(), sub["turns"].to_numpy())
+        rows.append(
+            {**dict(zip(ARM, key, strict=True)), "good_turns_on_low": share.low,
+             "good_turns_on_high": share.high}
+        )  # fmt: skip
+    return pl.DataFrame(rows, schema=per.select(ARM).schema | {
+        "good_turns_on_low": pl.Float64, "good_turns_on_high": pl.Float64})  # fmt: skip
 
 
 def whatif_rows(run: Run) -> pl.DataFrame:
@@ -170,7 +288,10 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         pl.len().alias("requests"),
     )
     sessions = _session_gain(run, "total_e2e_s", "session_gain").join(
-        _session_gain(run, "total_ttft_s", "ttft_sum_gain"), on=ARM, how="full", coalesce=True
+        _session_gain(run, "total_ttft_s", "ttft_sum_gain").select(*ARM, "ttft_sum_gain"),
+        on=ARM,
+        how="full",
+        coalesce=True,
     )
     turns = turn_table(run)
     later = (
@@ -184,9 +305,23 @@ def whatif_rows(run: Run) -> pl.DataFrame:
 
     wide = side("off").join(side("on"), on=ARM, how="full", coalesce=True, suffix="_on")
     wide = wide.join(sessions, on=ARM, how="left").join(later, on=ARM, how="left")
+    wide = wide.join(_later_gain(run), on=ARM, how="left")
+    if target:
+        wide = wide.join(_goodput(ok, target), on=ARM, how="left")
+    else:
+        wide = wide.with_columns(
+            pl.lit(None, dtype=pl.Float64).alias("good_turns_on_low"),
+            pl.lit(None, dtype=pl.Float64).alias("good_turns_on_high"),
+        )
     return wide.select(
         *ARM,
         "session_gain",
+        "session_gain_low",
+        "session_gain_high",
+        pl.col("session_gain_units").alias("sessions"),
+        "later_gain",
+        "later_gain_low",
+        "later_gain_high",
         "ttft_sum_gain",
         "later_turn_gain",
         pl.col("ttft_p50_s").alias("ttft_p50_off_s"),
@@ -194,6 +329,8 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         pl.col("ttft_p90_s_on").alias("ttft_p90_on_s"),
         pl.col("good_turns").alias("good_turns_off"),
         pl.col("good_turns_on"),
+        "good_turns_on_low",
+        "good_turns_on_high",
         pl.col("local_hit_on").alias("local_hit_rate_on"),
         pl.col("pool_hit_on").alias("pool_hit_rate_on"),
         pl.col("queue_p90_s_on").alias("queue_p90_on_s"),
@@ -201,9 +338,13 @@ def whatif_rows(run: Run) -> pl.DataFrame:
     ).sort(ARM)
 
 
-def console_table(out: Path, varies: Sequence[Vary]) -> str:
-    """The what-if table as text: per configuration and placement, the headline figures."""
-    whatif = whole_levels(pl.read_parquet(out / "whatif.parquet"))
+def console_table(out: Path, varies: Sequence[Vary], *, decision_only: bool = False) -> str:
+    """The decision table as text: per configuration and arm, the gains and goodput with
+    their intervals and the verdict, then the what-if figures."""
+    whatif = pl.read_parquet(out / "whatif.parquet")
+    decision = decision_table(whatif, varies).rename({k: k.rsplit(".", 1)[-1] for k in
+                                                      (v.key for v in varies)})  # fmt: skip
+    whatif = whole_levels(whatif)
     keys = [v.key for v in varies]
     shown = whatif.select(
         *keys,
@@ -217,6 +358,17 @@ def console_table(out: Path, varies: Sequence[Vary]) -> str:
         pl.col("pool_hit_rate_on").round(3),
         pl.col("queue_p90_on_s").round(3),
     ).rename({k: k.rsplit(".", 1)[-1] for k in keys})
+    pays_at = float(whatif["pays_at"][0])
+    replicates = int(whatif["replicates"][0])
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True,
-                   tbl_hide_column_data_types=True, tbl_width_chars=200):  # fmt: skip
-        return "What if (PLANNED, modeled seconds; not measured)\n" + str(shown)
+                   tbl_hide_column_data_types=True, tbl_width_chars=200,
+                   fmt_str_lengths=60):  # fmt: skip
+        text = (
+            f"Decision (PLANNED): does the pool pay, session gain >= {pays_at:g}? "
+            f"{replicates} replicate{'s' if replicates > 1 else ''} per configuration; "
+            "95% intervals, paired bootstrap over sessions pooled across replicates\n"
+            f"{decision}"
+        )
+        if decision_only:
+            return text
+        return text + "\nWhat if (PLANNED, modeled seconds; not measured)\n" + str(shown)

@@ -13,6 +13,7 @@ clock: the report says so at the top.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -115,9 +116,15 @@ def whatif_figure(
             xs = [float(x) for x in xs]
         colour = COLORS[i % len(COLORS)]
         marker = MARKERS[(i // len(COLORS)) % len(MARKERS)]
-        (line,) = gain.plot(
-            xs, [r["session_gain"] for r in rows], marker=marker, color=colour, label=name
-        )
+        ys = [r["session_gain"] for r in rows]
+        yerr = [
+            [_gap(y, r.get("session_gain_low"), below=True) for y, r in zip(ys, rows, strict=True)],
+            [
+                _gap(y, r.get("session_gain_high"), below=False)
+                for y, r in zip(ys, rows, strict=True)
+            ],
+        ]
+        line = gain.errorbar(xs, ys, yerr=yerr, marker=marker, color=colour, label=name, capsize=3)
         lines.append(line)
         for cache, (style, face) in ARM_STYLE.items():
             ttft.plot(
@@ -129,7 +136,12 @@ def whatif_figure(
                 linestyle=style,
             )
     gain.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
-    gain.set_ylabel("session gain (whole-session time OFF / ON, ratio)")
+    if "pays_at" in whatif.columns:
+        pays_at = float(whatif["pays_at"][0])
+        gain.axhline(pays_at, color="#aa3333", linewidth=0.9, linestyle="-.")
+        gain.annotate(f"pays at {pays_at:g}", (0.01, pays_at), xycoords=("axes fraction", "data"),
+                      color="#aa3333", fontsize=8, va="bottom")  # fmt: skip
+    gain.set_ylabel("session gain (whole-session time OFF / ON, ratio; bars: 95% CI)")
     ttft.set_ylabel("median TTFT (modeled s, log scale)")
     figures.log_axis(ttft, "y")
     for ax in (gain, ttft):
@@ -154,6 +166,13 @@ def whatif_figure(
     return fig
 
 
+def _gap(value: float | None, bound: float | None, *, below: bool) -> float:
+    """An error bar's length from ``value`` to ``bound`` (0 without either)."""
+    if value is None or bound is None or not math.isfinite(bound):
+        return 0.0
+    return max(0.0, value - bound if below else bound - value)
+
+
 def _part_name(part: str, level: str) -> str:
     return {"context_tokens": "context", "load_level": level}.get(part, part)
 
@@ -166,7 +185,12 @@ def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
         "context_tokens",
         "load_level",
         "session_gain",
+        "session_gain_low",
+        "session_gain_high",
+        "session_gain_seed_min",
+        "session_gain_seed_max",
         "ttft_sum_gain",
+        "later_gain",
         "later_turn_gain",
         "ttft_p50_off_s",
         "ttft_p50_on_s",
@@ -176,11 +200,57 @@ def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
         "local_hit_rate_on",
         "pool_hit_rate_on",
         "queue_p90_on_s",
+        "verdict",
     ]
     frame = whatif.select([c for c in keep if c in whatif.columns])
     if frame["good_turns_on"].null_count() == frame.height:
         frame = frame.drop("good_turns_off", "good_turns_on")
     return whole_levels(frame)
+
+
+def _with_interval(value: Any, low: Any, high: Any) -> str:
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{value:.2f} [-]"
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
+    """The decision: per configuration and arm, the gains and goodput with their 95%
+    intervals as text, and the verdict against the row's ``pays_at``."""
+    rows = []
+    goodput = "good_turns_on" in whatif.columns and whatif["good_turns_on"].null_count() < len(
+        whatif
+    )
+    for r in whole_levels(whatif).iter_rows(named=True):
+        row = {v.key: r[v.key] for v in varies}
+        row.update(placement=r["placement"], context_tokens=r["context_tokens"],
+                   load_level=r["load_level"])  # fmt: skip
+        row["session gain [95% CI]"] = _with_interval(
+            r["session_gain"], r["session_gain_low"], r["session_gain_high"]
+        )
+        row["later-turn gain [95% CI]"] = _with_interval(
+            r["later_gain"], r["later_gain_low"], r["later_gain_high"]
+        )
+        if goodput:
+            row["goodput on [95% CI]"] = _with_interval(
+                r["good_turns_on"], r["good_turns_on_low"], r["good_turns_on_high"]
+            )
+        row["sessions"] = r["sessions"]
+        row["verdict"] = r["verdict"]
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+DECISION_METHOD = (
+    "Gains are OFF / ON ratios of medians (whole-session time; TTFT of turns 2..), their "
+    "95% intervals a paired bootstrap over sessions (expanded percentile, Hesterberg 2015, "
+    "2,000 resamples), the unit a session of one replicate, every replicate's sessions "
+    "pooled; goodput's interval is Wilson's with the sessions' design effect. The verdict "
+    "reads the session gain's interval: pays when it lies wholly at or above the "
+    "threshold, does not pay when wholly below, undecided when it straddles it."
+)
 
 
 def whole_levels(frame: pl.DataFrame) -> pl.DataFrame:
@@ -209,8 +279,12 @@ def write_whatif_report(
     turns: pl.DataFrame,
     grid: Sequence[Config],
     varies: Sequence[Vary],
+    *,
+    seeds: int = 1,
+    extra: Sequence[Element] = (),
 ) -> Path:
-    """Write ``out/report/``; return the report.md path."""
+    """Write ``out/report/``, the decision table first (and ``extra``, e.g. a
+    ``--find`` bracket, right after it); return the report.md path."""
     report = ensure_dir(out / "report")
     first = grid[0].scenario
     given = first.target.sim.profile
@@ -221,11 +295,13 @@ def write_whatif_report(
     )
     arrival = first.load.arrival
     table = _table(whatif, varies)
+    pays_at = float(whatif["pays_at"][0])
     blocks: list[Element] = [
         Heading(f"sessiongen plan: {first.name}", 1),
         Paragraph(
             "PLANNED: every figure below is the simulator's, run on a virtual clock "
-            "(no server, no wall time), for one seeded arrival sequence. Nothing is measured; "
+            f"(no server, no wall time), over {seeds} seeded replicate"
+            f"{'s' if seeds > 1 else ''} per configuration. Nothing is measured; "
             "the simulator is only as right as its profile.",
             warning=True,
         ),
@@ -234,6 +310,10 @@ def write_whatif_report(
             f"{len(grid)} configurations"
             + (f", varying {', '.join(v.key for v in varies)}." if varies else ".")
         ),
+        Heading(f"Decision: does the pool pay (session gain >= {pays_at:g})?"),
+        Table(decision_table(whatif, varies), max_rows=200),
+        Paragraph(DECISION_METHOD),
+        *extra,
         Heading("What if"),
         Table(table, max_rows=200),
     ]

@@ -1,0 +1,159 @@
+"""Where the answer flips: ``sessiongen plan SCENARIO --find KEY=LOW:HIGH``.
+
+Each value looked at is a plan of its own (every ``--vary`` configuration, ``--seeds``
+replicates, verdicts against ``--pays-at``: :mod:`.plan`, :mod:`.decision`), its runs in
+``configs/NN-<key>=<value>...``; :func:`~sessiongen.capacity.decision.bisect` chooses the
+values, per cell (varied values, placement, context, load level), sharing every value
+already planned. The find folder ``runs/find-<scenario>-<time>/`` holds the runs,
+``whatif.parquet`` (every value's rows, the key a column), ``brackets.parquet`` (per cell:
+the verdicts at the range's ends, the last value with the first, the first with the
+last, the undecided values between) and ``report/``, whose headline is the brackets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sessiongen.capacity.decision import (
+    DEFAULT_PAYS_AT,
+    DEFAULT_SEEDS,
+    DEFAULT_STEPS,
+    Bracket,
+    bisect,
+    parse_find,
+    value_text,
+    with_verdicts,
+)
+from sessiongen.capacity.grid import Config, Vary, configs
+from sessiongen.capacity.plan import ARM, check_decision, new_plan_folder, run_grid
+from sessiongen.capacity.sweep import SweepOptions
+from sessiongen.capacity.virtual import Tokens
+from sessiongen.errors import UserError
+from sessiongen.records import io
+from sessiongen.report.document import Element, Heading, Paragraph, Table
+from sessiongen.report.whatif import write_whatif_report
+
+
+@dataclass(frozen=True)
+class Found:
+    """A finished ``--find``: its folder, the key, each cell's bracket."""
+
+    out: Path
+    key: str
+    cells: list[tuple[dict[str, Any], Bracket]]
+
+    def lines(self) -> list[str]:
+        """One line per cell: its keys, then its bracket."""
+        name = self.key.rsplit(".", 1)[-1]
+        out = []
+        for cell, bracket in self.cells:
+            where = ", ".join(f"{k.rsplit('.', 1)[-1]} {_text(v)}" for k, v in cell.items())
+            out.append(f"{where}: {bracket.text(name)}")
+        return out
+
+
+def _text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def find(
+    path: str | Path,
+    spec: str,
+    *,
+    overrides: Sequence[str] = (),
+    varies: Sequence[Vary] = (),
+    runs_dir: Path = Path("runs"),
+    tokens: Tokens = "auto",
+    sweep: SweepOptions | None = None,
+    seeds: int = DEFAULT_SEEDS,
+    pays_at: float = DEFAULT_PAYS_AT,
+    steps: int = DEFAULT_STEPS,
+    on_point: Callable[[float, pl.DataFrame], None] | None = None,
+) -> Found:
+    """Bisect ``spec``'s key (``KEY=LOW:HIGH``) per cell for where its verdict changes
+    (module doc); ``on_point(value, rows)`` as each value's plan finishes."""
+    sweep = sweep or SweepOptions()
+    sweep.check()
+    check_decision(seeds, pays_at)
+    key, low, high, integer = parse_find(spec)
+    if key in {v.key for v in varies}:
+        raise UserError(f"--find {key}: the key is also in --vary; give it to one of them")
+    first_grid = configs(path, [*overrides, f"{key}={value_text(low, integer=integer)}"], varies)
+    out = new_plan_folder(runs_dir, "find", first_grid[0].scenario.name)
+    planned: dict[float, tuple[pl.DataFrame, pl.DataFrame, list[Config]]] = {}
+
+    def evaluate(x: float) -> pl.DataFrame:
+        if x not in planned:
+            text = value_text(x, integer=integer)
+            point = [Vary(key, (text,)), *varies]
+            whatif, turns = run_grid(
+                path, overrides, point, out, tokens=tokens, progress=False, sweep=sweep,
+                on_config=None, seeds=seeds,
+            )  # fmt: skip
+            whatif = with_verdicts(whatif, pays_at).with_columns(pl.lit(x).alias("find_value"))
+            planned[x] = (whatif, turns, configs(path, overrides, point))
+            if on_point is not None:
+                on_point(x, whatif)
+        return planned[x][0]
+
+    cell_keys = [*(v.key for v in varies), *ARM]
+    cells = [dict(zip(cell_keys, k, strict=True)) for k in evaluate(low).select(cell_keys).rows()]
+    found: list[tuple[dict[str, Any], Bracket]] = []
+    for cell in cells:
+
+        def verdict_at(x: float, cell: dict[str, Any] = cell) -> str:
+            rows = evaluate(x).filter(*(pl.col(k) == v for k, v in cell.items()))
+            return str(rows["verdict"][0]) if rows.height else "undecided"
+
+        found.append((cell, bisect(verdict_at, low, high, integer=integer, steps=steps)))
+    result = Found(out, key, found)
+    _write(result, planned, varies, seeds)
+    return result
+
+
+def brackets_frame(found: Found) -> pl.DataFrame:
+    """Per cell: its keys, the verdicts at the ends, the bracket (module doc)."""
+    rows = []
+    for cell, b in found.cells:
+        low, high = b.undecided or (None, None)
+        rows.append(
+            {**cell, "first_verdict": b.first, "last_verdict": b.last, "flips": b.flips,
+             "below": b.below, "above": b.above, "undecided_low": low,
+             "undecided_high": high, "values_planned": len(b.points)}
+        )  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def _write(
+    found: Found,
+    planned: dict[float, tuple[pl.DataFrame, pl.DataFrame, list[Config]]],
+    varies: Sequence[Vary],
+    seeds: int,
+) -> None:
+    order = sorted(planned)
+    whatif = pl.concat([planned[x][0] for x in order], how="diagonal_relaxed")
+    turns = pl.concat([planned[x][1] for x in order], how="diagonal_relaxed")
+    grid = [c for x in order for c in planned[x][2]]
+    brackets = brackets_frame(found)
+    io.atomic_write_parquet(found.out / "whatif.parquet", whatif)
+    io.atomic_write_parquet(found.out / "turns.parquet", turns)
+    io.atomic_write_parquet(found.out / "brackets.parquet", brackets)
+    key_vary = Vary(found.key, tuple(dict.fromkeys(whatif[found.key].to_list())))
+    extra: list[Element] = [
+        Heading(f"Where the verdict flips along {found.key}"),
+        Paragraph(
+            "Bisection per cell (the last value with the low end's verdict, the first with "
+            "the high end's, the undecided values planned between them); every value "
+            "planned is a row of the decision table above."
+        ),
+        Table(brackets.drop("flips"), max_rows=200),
+    ]
+    write_whatif_report(
+        found.out, whatif.drop("find_value"), turns, grid, [key_vary, *varies], seeds=seeds,
+        extra=extra,
+    )  # fmt: skip
