@@ -94,6 +94,8 @@ __all__ = [
 ]
 
 RESAMPLES = 2000
+#: Bootstrap draws written to the profile file for the planner (``[[fit.draw]]``).
+DRAWS_WRITTEN = 20
 CONFIDENCE = 0.95
 #: Most knots of the local-hit overhead (besides 0).
 MOST_KNOTS = 6
@@ -152,13 +154,13 @@ class Fit:
     resampling: estimate.Resampling | None = None
     warnings: tuple[str, ...] = ()
 
-    def profile(self) -> dict[str, Any]:
+    def profile(self, values: dict[str, float] | None = None) -> dict[str, Any]:
         """The ``[target.sim]`` parameters this fit gives (the request overhead added
         to the local-hit overhead and the pool's fixed cost: the simulator has no term
-        for it)."""
-        v = self.values
+        for it); of ``values`` (one bootstrap draw) instead of the fit's when given."""
+        v = self.values if values is None else values
         c = v.get(OVERHEAD, 0.0)
-        out: dict[str, Any] = dict(self.fixed)
+        out: dict[str, Any] = dict(self.fixed) if values is None else {}
         out.update(
             prefill_s_per_ktok=v["prefill_s_per_ktok"],
             attn_s_per_ktok2=v["attn_s_per_ktok2"],
@@ -169,6 +171,23 @@ class Fit:
             itl_base_s=v["itl_base_s"],
             itl_per_ktok_s=v["itl_per_ktok_s"],
         )
+        return out
+
+    def draws(self, most: int = DRAWS_WRITTEN) -> list[dict[str, Any]]:
+        """The first ``most`` bootstrap resamples as profiles (:meth:`profile` of each);
+        parameters the runs do not identify keep their fitted value."""
+        boot = self.resampling
+        if boot is None or not boot.draws:
+            return []
+        count = min(len(d) for d in boot.draws.values())
+        out = []
+        for i in range(min(most, count)):
+            values = dict(self.values)
+            for k, d in boot.draws.items():
+                if k not in self.not_identified:
+                    values[k] = float(d[i])
+            values["pool_bandwidth_gbps"] = _bandwidth(values["pool_s_per_gb"])
+            out.append(self.profile(values))
         return out
 
     def interval_text(self, name: str) -> str:
@@ -541,6 +560,17 @@ def profile_toml(result: Fit) -> str:
     lines.append("[target.sim]")
     for k, v in result.profile().items():
         lines.append(f"{k} = {_toml(v)}")
+    draws = result.draws()
+    if draws:
+        lines += [
+            "",
+            f"# The fit's first {len(draws)} bootstrap resamples as parameter sets: `sessiongen",
+            "# plan --seeds N` plans replicate k (k >= 1) with draw k (scenario loading reads",
+            "# only [target.sim]; older sessiongen ignores these tables).",
+        ]
+        for draw in draws:
+            lines.append("[[fit.draw]]")
+            lines += [f"{k} = {_toml(v)}" for k, v in draw.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -343,3 +343,24 @@ def test_cold_requests_at_two_sizes_leave_only_the_request_overhead_unidentified
     assert list(result.not_identified) == ["request_overhead_s"]
     assert "held at 0" in result.not_identified["request_overhead_s"]
     assert result.values["prefill_s_per_ktok"] == pytest.approx(0.05, rel=1e-6)
+
+
+def test_the_profile_carries_bootstrap_draws_the_planner_replicates_take(tmp_path: Path) -> None:
+    from sessiongen.capacity.decision import profile_draws, replicate_sets
+
+    run = write_probe_run(tmp_path, TRUTH, noise=0.05, seed=3)
+    result = fit.fit([run], kv_bytes_per_token=2048, resamples=12)
+    path = fit.write_profile(result, tmp_path / "fitted.toml")
+    smoke = ROOT / "scenarios" / "smoke.toml"
+    given = scenario.load(smoke, [f"target.sim.profile={path}", "target.sim.itl_base_s=0.5"])
+    draws = profile_draws(given)
+    assert len(draws) == 12  # fewer resamples than DRAWS_WRITTEN: every one
+    assert "itl_base_s" not in draws[0]  # set by the scenario: it wins over every draw
+    prefill = {d["prefill_s_per_ktok"] for d in draws}
+    assert len(prefill) > 1 and min(prefill) < result.values["prefill_s_per_ktok"] < max(prefill)
+    sets = replicate_sets(2, given.seed, draws)
+    replicate = scenario.load(smoke, [f"target.sim.profile={path}", "target.sim.itl_base_s=0.5",
+                                      *sets])  # fmt: skip
+    assert replicate.seed == given.seed + 2
+    assert replicate.target.sim.prefill_s_per_ktok == draws[1]["prefill_s_per_ktok"]
+    assert replicate.target.sim.itl_base_s == 0.5
