@@ -78,10 +78,15 @@ def profile_draws(scenario: Scenario) -> list[dict[str, Any]]:
     out = []
     for draw in draws:
         # a key whose value differs from the file's point value was set by the scenario
-        out.append(
-            {k: v for k, v in draw.items() if getattr(sim, k, None) == nested.get(k, object())}
-        )
+        out.append({k: v for k, v in draw.items() if _same(getattr(sim, k, None), nested.get(k))})
     return out
+
+
+def _same(value: Any, written: Any) -> bool:
+    """A scenario's value is the profile file's (TOML lists load as tuples)."""
+    if isinstance(written, list):
+        written = tuple(written)
+    return value is not None and value == written
 
 
 def replicate_sets(k: int, base_seed: int, draws: Sequence[dict[str, Any]]) -> list[str]:

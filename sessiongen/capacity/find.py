@@ -36,7 +36,7 @@ from sessiongen.capacity.virtual import Tokens
 from sessiongen.errors import UserError
 from sessiongen.records import io
 from sessiongen.report.document import Element, Heading, Paragraph, Table
-from sessiongen.report.whatif import write_whatif_report
+from sessiongen.report.whatif import whole_levels, write_whatif_report
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Found:
     out: Path
     key: str
     cells: list[tuple[dict[str, Any], Bracket]]
+    integer: bool = False  # the key's values are integers
 
     def lines(self) -> list[str]:
         """One line per cell: its keys, then its bracket."""
@@ -111,7 +112,7 @@ def find(
             return str(rows["verdict"][0]) if rows.height else "undecided"
 
         found.append((cell, bisect(verdict_at, low, high, integer=integer, steps=steps)))
-    result = Found(out, key, found)
+    result = Found(out, key, found, integer)
     _write(result, planned, varies, seeds)
     return result
 
@@ -127,6 +128,13 @@ def brackets_frame(found: Found) -> pl.DataFrame:
              "undecided_high": high, "values_planned": len(b.points)}
         )  # fmt: skip
     return pl.DataFrame(rows)
+
+
+def _whole_values(frame: pl.DataFrame, integer: bool) -> pl.DataFrame:
+    if not integer:
+        return frame
+    cols = ("below", "above", "undecided_low", "undecided_high")
+    return frame.with_columns(pl.col(c).cast(pl.Int64) for c in cols if c in frame.columns)
 
 
 def _write(
@@ -151,7 +159,7 @@ def _write(
             "the high end's, the undecided values planned between them); every value "
             "planned is a row of the decision table above."
         ),
-        Table(brackets.drop("flips"), max_rows=200),
+        Table(whole_levels(_whole_values(brackets, found.integer).drop("flips")), max_rows=200),
     ]
     write_whatif_report(
         found.out, whatif.drop("find_value"), turns, grid, [key_vary, *varies], seeds=seeds,

@@ -34,6 +34,8 @@ WHATIF_COLUMNS = {
     "session_gain_seed_max": "largest session gain of one replicate (seed, parameter draw)",
     "replicates": "runs pooled per configuration (--seeds: arrival seeds, with the "
     "profile's parameter draws when it carries them)",
+    "parameter_draws": "replicates planned with a bootstrap draw of the profile's fitted "
+    "parameters ([[fit.draw]] in the profile file; 0 when it carries none)",
     "pays_at": "the threshold of --pays-at the verdict reads the session gain against",
     "verdict": "pays (the session gain's whole interval >= pays_at), does not pay (wholly "
     "below), undecided (the interval straddles it)",

@@ -175,7 +175,14 @@ def run_grid(
             pl.col("session_gain").max().alias("session_gain_seed_max"),
         )
         row = whatif_rows(run).join(spread, on=ARM, how="left", nulls_equal=True)
-        rows.append(row.with_columns(pl.lit(seeds).alias("replicates"), *_lits(tag)))
+        drawn = seeds - 1 if draws else 0
+        rows.append(
+            row.with_columns(
+                pl.lit(seeds).alias("replicates"),
+                pl.lit(drawn).alias("parameter_draws"),
+                *_lits(tag),
+            )
+        )
     front = ["config", "label", *(v.key for v in varies)]
     turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
     whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)

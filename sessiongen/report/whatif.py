@@ -146,7 +146,10 @@ def whatif_figure(
     figures.log_axis(ttft, "y")
     for ax in (gain, ttft):
         ax.set_xlabel(axis_label(x_key))
-        if numeric is not None and all(x.is_integer() for x in numeric):
+        if numeric is not None and min(numeric) > 0 and max(numeric) / min(numeric) >= 8:
+            figures.log_axis(ax, "x")  # a range of 8x or more (and --find's geometric steps)
+            ax.set_xlabel(f"{axis_label(x_key)}, log scale")
+        elif numeric is not None and all(x.is_integer() for x in numeric):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     arms = [
         Line2D([], [], color="#333333", linestyle=style, marker="o",

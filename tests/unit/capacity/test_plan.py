@@ -143,7 +143,7 @@ def test_plan_writes_configs_tables_and_a_report(
 ) -> None:
     main([
         "plan", str(SMOKE), "--vary", "target.sim.replicas=2,3", "--no-progress",
-        "--runs-dir", str(tmp_path), *(a for o in ALONE for a in ("--set", o)),
+        "--seeds", "1", "--runs-dir", str(tmp_path), *(a for o in ALONE for a in ("--set", o)),
     ])  # fmt: skip
     out = capsys.readouterr().out
     assert "PLANNED" in out and "replicas" in out

@@ -56,6 +56,7 @@ def test_sessiongen_plan_takes_a_trace_scenario(tmp_path: Path) -> None:
         CHAT,
         overrides=['design.blocks=["off","on"]', 'placement.policies=["alternate"]'],
         runs_dir=tmp_path,
+        seeds=1,
     )
     whatif = pl.read_parquet(out / "whatif.parquet")
     assert whatif["placement"].to_list() == ["alternate"]

@@ -42,11 +42,14 @@ def planned(tmp: Path, sweep: SweepOptions) -> tuple[pl.DataFrame, pl.DataFrame]
         runs_dir=tmp,
         sweep=sweep,
         on_config=lambda c, _d: seen.append(c.index),
+        seeds=2,
     )
-    assert sorted(seen) == [0, 1, 2, 3]  # one progress line per configuration
+    assert sorted(seen) == [0, 0, 1, 1, 2, 2, 3, 3]  # a line per configuration and seed
     folders = sorted(p.name for p in (out / "configs").iterdir())
-    assert folders == ["00-replicas=2_turns=2", "01-replicas=2_turns=3",
-                       "02-replicas=3_turns=2", "03-replicas=3_turns=3"]  # fmt: skip
+    assert folders == ["00-replicas=2_turns=2", "00-replicas=2_turns=2.r1",
+                       "01-replicas=2_turns=3", "01-replicas=2_turns=3.r1",
+                       "02-replicas=3_turns=2", "02-replicas=3_turns=2.r1",
+                       "03-replicas=3_turns=3", "03-replicas=3_turns=3.r1"]  # fmt: skip
     return tables(out)
 
 

@@ -48,6 +48,7 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
             varies=[Vary("target.sim.replicas", ("2", "3"))],
             runs_dir=Path("runs"),
             sweep=SweepOptions(jobs=1),
+            seeds=1,
         )
     return here, here / out, (here / out / "report" / "report.md").read_text()
 

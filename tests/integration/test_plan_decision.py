@@ -1,0 +1,70 @@
+"""``sessiongen plan --seeds --pays-at`` and ``--find`` end to end on the smoke scenario.
+
+The smoke scenario alternates each session's turns over the replicas: on one replica
+every later turn finds its prefix locally and the pool adds nothing; on two, every
+later turn is a first visit and the pool serves it (1.2x the whole session here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sessiongen.capacity.decision import verdict
+from sessiongen.cli import main
+from tests.support.paths import ROOT
+
+SMOKE = ROOT / "scenarios" / "smoke.toml"
+SETS = ("--set", "driver.concurrency=1", "--set", 'design.blocks=["off", "on"]')
+
+
+def test_plan_pools_seeds_into_intervals_and_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main([
+        "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "2",
+        "--pays-at", "1.1", "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.index("Decision (PLANNED)") < out.index("What if")
+    (folder,) = tmp_path.glob("plan-*")
+    assert sorted(p.name for p in (folder / "configs").iterdir()) == [
+        "00-replicas=1", "00-replicas=1.r1", "01-replicas=2", "01-replicas=2.r1"]  # fmt: skip
+    whatif = pl.read_parquet(folder / "whatif.parquet").sort("target.sim.replicas")
+    assert whatif["replicates"].to_list() == [2, 2]
+    assert whatif["sessions"].to_list() == [4, 4]  # 2 sessions x 2 replicates
+    for r in whatif.iter_rows(named=True):
+        assert r["session_gain_low"] <= r["session_gain"] <= r["session_gain_high"]
+        assert r["verdict"] == verdict(r["session_gain_low"], r["session_gain_high"], 1.1)
+    assert whatif["verdict"].to_list() == ["does not pay", "pays"]
+    assert "does not pay" in out and "pays" in out
+    report = (folder / "report" / "report.md").read_text()
+    assert report.index("## Decision") < report.index("## What if")
+    assert "session gain [95% CI]" in report and "whatif.png" in report
+
+
+def test_find_brackets_where_the_pool_starts_to_pay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main([
+        "plan", str(SMOKE), "--find", "target.sim.replicas=1:3", "--seeds", "1",
+        "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "does not pay at replicas=1, pays at replicas=2" in out
+    (folder,) = tmp_path.glob("find-*")
+    brackets = pl.read_parquet(folder / "brackets.parquet")
+    assert brackets.select("below", "above").rows() == [(1.0, 2.0)]
+    planned = pl.read_parquet(folder / "whatif.parquet")["target.sim.replicas"].to_list()
+    assert sorted(planned) == ["1", "2", "3"]
+    report = (folder / "report" / "report.md").read_text()
+    assert "Where the verdict flips along target.sim.replicas" in report
+
+
+def test_a_bad_find_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(SMOKE), "--find", "target.sim.replicas=3:1"])
+    assert exc.value.code == 2
+    assert "--find" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""The pool decision's pieces: verdicts on intervals, the bisection, replicates pooled."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from sessiongen.capacity.decision import (
+    STRIDE,
+    bisect,
+    parse_find,
+    pooled,
+    replicate_sets,
+    value_text,
+    verdict,
+    with_verdicts,
+)
+from sessiongen.errors import UserError
+
+
+def test_a_verdict_reads_the_whole_interval_against_the_threshold() -> None:
+    assert verdict(1.12, 1.30, 1.1) == "pays"
+    assert verdict(1.10, 1.30, 1.1) == "pays"  # at the threshold counts as reaching it
+    assert verdict(0.95, 1.09, 1.1) == "does not pay"
+    assert verdict(1.05, 1.15, 1.1) == "undecided"  # straddles
+    assert verdict(math.nan, 1.3, 1.1) == "undecided"
+    assert verdict(None, None, 1.1) == "undecided"
+
+
+def test_with_verdicts_adds_the_threshold_and_a_verdict_per_row() -> None:
+    rows = pl.DataFrame({"session_gain_low": [1.2, 1.0, 0.8], "session_gain_high": [1.4, 1.3, 1.0]})
+    out = with_verdicts(rows, 1.1)
+    assert out["verdict"].to_list() == ["pays", "undecided", "does not pay"]
+    assert out["pays_at"].to_list() == [1.1, 1.1, 1.1]
+
+
+def _gain_verdict(calls: list[float]) -> object:
+    """A synthetic monotone gain x / 10 with a +-0.05 interval, against 1.1: does not pay
+    below x = 10.5, pays from x = 11.5, undecided between."""
+
+    def at(x: float) -> str:
+        calls.append(x)
+        return verdict(x / 10 - 0.05, x / 10 + 0.05, 1.1)
+
+    return at
+
+
+def test_bisection_brackets_the_flip_of_an_integer_key_with_its_undecided_region() -> None:
+    calls: list[float] = []
+    b = bisect(_gain_verdict(calls), 1, 64, integer=True, steps=10)  # type: ignore[arg-type]
+    assert b.flips and (b.first, b.last) == ("does not pay", "pays")
+    assert (b.below, b.above) == (10, 12)  # 10: does not pay, 11: undecided, 12: pays
+    assert b.undecided == (11, 11)
+    assert len(calls) == len(set(calls))  # each value planned once
+    assert "does not pay at gib=10, pays at gib=12; undecided at 11" in b.text("gib")
+
+
+def test_bisection_of_a_float_key_narrows_both_edges() -> None:
+    b = bisect(_gain_verdict([]), 2.0, 20.0, steps=12)  # type: ignore[arg-type]
+    assert b.below < 10.5 <= b.undecided[0]  # type: ignore[index]
+    assert b.undecided[1] < 11.5 <= b.above  # type: ignore[index]
+    assert b.above - 11.5 < 0.05 and 10.5 - b.below < 0.05
+
+
+def test_bisection_without_an_undecided_region_gives_adjacent_values() -> None:
+    b = bisect(lambda x: "pays" if x >= 5 else "does not pay", 1, 16, integer=True)
+    assert (b.below, b.above, b.undecided) == (4, 5, None)
+
+
+def test_one_verdict_over_the_range_is_no_flip() -> None:
+    calls: list[float] = []
+    b = bisect(lambda x: calls.append(x) or "pays", 1, 256, integer=True)  # type: ignore[func-returns-value]
+    assert not b.flips and calls == [1, 256]
+    assert b.text("gib") == "pays over the whole range [1, 256]"
+
+
+def test_find_specs_parse_and_bad_ones_are_one_line() -> None:
+    assert parse_find("target.sim.pool_capacity_gib=1:256") == (
+        "target.sim.pool_capacity_gib", 1.0, 256.0, True)  # fmt: skip
+    assert parse_find("a.b=0.5:8")[3] is False
+    for bad in ("a.b", "a.b=1", "a.b=x:2", "a.b=4:2", "=1:2"):
+        with pytest.raises(UserError, match="--find"):
+            parse_find(bad)
+    assert value_text(3.0, integer=True) == "3" and value_text(3.0, integer=False) == "3.0"
+
+
+def test_replicate_zero_is_the_scenario_as_given_the_others_reseeded_and_drawn() -> None:
+    assert replicate_sets(0, 7, [{"itl_base_s": 0.2}]) == []
+    assert replicate_sets(2, 7, []) == ["seed=9"]
+    draws = [{"itl_base_s": 0.1}, {"itl_base_s": 0.2, "hit_overhead_s": [0.0, 0.5]}]
+    assert replicate_sets(2, 7, draws) == [
+        "seed=9", "target.sim.itl_base_s=0.2", "target.sim.hit_overhead_s=[0.0, 0.5]"]  # fmt: skip
+
+
+def test_pooled_replicates_keep_their_sessions_apart() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class FakeRun:
+        requests: pl.DataFrame
+
+    runs = [
+        FakeRun(pl.DataFrame({"session_index": [0, 1], "session_id": ["a", "b"]})) for _ in range(3)
+    ]
+    out = pooled(runs)  # type: ignore[arg-type]
+    assert out.requests["session_index"].to_list() == [0, 1, STRIDE, STRIDE + 1, 2 * STRIDE,
+                                                       2 * STRIDE + 1]  # fmt: skip
+    assert out.requests["session_id"].n_unique() == 6
