@@ -15,8 +15,11 @@
   columns' definitions (read by the report stage too);
 - :mod:`.sweep`: a grid's independent configurations spread over this machine's cores
   (a process pool) or a Ray cluster, results in grid order whatever finishes first;
-- :mod:`.plan`: ``sessiongen plan``: runs the grid, writes the what-if table, per-turn
-  Parquet and the report;
+- :mod:`.plan`: ``sessiongen plan``: runs the grid (``--seeds`` replicates of each
+  configuration), writes the what-if table, per-turn Parquet and the report;
+- :mod:`.decision`: the pool decision's pure pieces: replicates (seeds, the profile's
+  bootstrap draws) and their pooling, verdicts against ``--pays-at``, the bisection;
+- :mod:`.find`: ``sessiongen plan --find KEY=LOW:HIGH``: where each cell's verdict flips;
 - :mod:`.agreement`: a plan against a replay of the same scenario, per turn.
 
 Nothing here imports :mod:`sessiongen.replay` (``tests/unit/test_layers.py``): the

@@ -17,11 +17,17 @@ The session gain is replay's, computed by the same function
 (:func:`sessiongen.analysis.latency.session_speedup` on the modeled end-to-end times),
 so a plan and a replay of one scenario name and mean the same figure.
 
-The configurations run in parallel (:mod:`.sweep`: this machine's cores by default,
-or a Ray cluster), each seeded by its own scenario, so the tables are the same whatever
-the executor and the number of jobs.
+Each configuration runs ``seeds`` times (replicate ``k``: the scenario's seed plus
+``k``, and a bootstrap draw of the profile's parameters when its file carries them; its
+run folder ``configs/NN-<label>.rK``), and its what-if row pools the replicates'
+sessions (:mod:`.decision`): the gains come with 95% intervals whose unit is a session,
+and a verdict against ``pays_at`` (pays / does not pay / undecided).
 
-Every figure is the model's, for one seeded arrival sequence: nothing here is measured.
+The (configuration, replicate) tasks run in parallel (:mod:`.sweep`: this machine's
+cores by default, or a Ray cluster), each seeded by its own scenario, so the tables are
+the same whatever the executor and the number of jobs.
+
+Every figure is the model's: nothing here is measured.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The plan report: ``PLAN_DIR/report/`` with report.md, report.html and the what-if plots.
 
-What a capacity planner reads first: per configuration and placement, the pool's gain
-in whole-session time, the typical later turn's gain, TTFT with the pool on and off,
-goodput against the scenario's objective, hit rates and queueing; then the gain and
+What a capacity planner reads first: the decision table (per configuration and arm, the
+pool's gain in whole-session time and in later turns' TTFT, goodput against the
+scenario's objective, each with its 95% interval, and the verdict against
+``--pays-at``), a ``--find`` bracket when there is one; then the what-if figures per
+configuration and placement (TTFT with the pool on and off, hit rates, queueing); the gain and
 TTFT against the first varied key (one colour per line, a line per value of whatever
 else varies: the other varied keys, placement, context, load level, each named in the
 legend; one line style per cache arm), what each column of the table means (listed
