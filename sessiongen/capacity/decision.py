@@ -218,7 +218,9 @@ def bisect(
     below, b = edge(low, high, lambda v: v == first)
     above = b
     if at(b) != last:  # an undecided region lies between the two verdicts
-        _c, above = edge(b, high, lambda v: v != last)
+        # from the closest value already planned with the high end's verdict
+        known = min(x for x, v in seen.items() if x > b and v == last)
+        _c, above = edge(b, known, lambda v: v != last)
     undecided = sorted(x for x, v in seen.items() if below < x < above and v == "undecided")
     region = (undecided[0], undecided[-1]) if undecided else None
     return Bracket(first, last, below, above, region, tuple(seen.items()))

@@ -26,6 +26,7 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
     main([
         "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "2",
         "--pays-at", "1.1", "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
+        "--set", "objective.ttft_s=0.2",
     ])  # fmt: skip
     out = capsys.readouterr().out
     assert out.index("Decision (PLANNED)") < out.index("What if")
@@ -38,11 +39,13 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
     for r in whatif.iter_rows(named=True):
         assert r["session_gain_low"] <= r["session_gain"] <= r["session_gain_high"]
         assert r["verdict"] == verdict(r["session_gain_low"], r["session_gain_high"], 1.1)
+        assert 0 <= r["good_turns_on_low"] <= r["good_turns_on"] <= r["good_turns_on_high"] <= 1
     assert whatif["verdict"].to_list() == ["does not pay", "pays"]
     assert "does not pay" in out and "pays" in out
     report = (folder / "report" / "report.md").read_text()
     assert report.index("## Decision") < report.index("## What if")
-    assert "session gain [95% CI]" in report and "whatif.png" in report
+    assert "session gain [95% CI]" in report and "goodput on [95% CI]" in report
+    assert "whatif.png" in report
 
 
 def test_find_brackets_where_the_pool_starts_to_pay(

@@ -54,6 +54,9 @@ def test_bisection_brackets_the_flip_of_an_integer_key_with_its_undecided_region
     assert (b.below, b.above) == (10, 12)  # 10: does not pay, 11: undecided, 12: pays
     assert b.undecided == (11, 11)
     assert len(calls) == len(set(calls))  # each value planned once
+    # geometric halving 1..64 (8, 23, 14, 11, 9, 10); the second edge starts from the
+    # closest value known to pay (14), not from the range's end: one more value, 12
+    assert calls == [1, 64, 8, 23, 14, 11, 9, 10, 12]
     assert "does not pay at gib=10, pays at gib=12; undecided at 11" in b.text("gib")
 
 
