@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from sessiongen.analysis.stats import MIN_SESSIONS
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records.run import Run
@@ -119,9 +120,13 @@ def pooled(runs: Sequence[Run]) -> Run:
 
 
 def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
-    """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain."""
+    """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain;
+    "undecided" below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled sessions,
+    where the interval covers far less than it says (more ``--seeds`` decide)."""
     verdicts = [
         verdict(r["session_gain_low"], r["session_gain_high"], pays_at)
+        if (r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS
+        else "undecided"
         for r in whatif.iter_rows(named=True)
     ]
     return whatif.with_columns(

@@ -1,4 +1,5 @@
-"""``sessiongen plan --seeds --pays-at`` and ``--find`` end to end on the smoke scenario.
+"""``sessiongen plan --seeds --pays-at`` and ``--find`` end to end on the smoke scenario
+(with enough replicates for the 5 pooled sessions a verdict needs).
 
 The smoke scenario alternates each session's turns over the replicas: on one replica
 every later turn finds its prefix locally and the pool adds nothing; on two, every
@@ -24,7 +25,7 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     main([
-        "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "2",
+        "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "3",
         "--pays-at", "1.1", "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
         "--set", "objective.ttft_s=0.2",
     ])  # fmt: skip
@@ -32,10 +33,11 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
     assert out.index("Decision (PLANNED)") < out.index("What if")
     (folder,) = tmp_path.glob("plan-*")
     assert sorted(p.name for p in (folder / "configs").iterdir()) == [
-        "00-replicas=1", "00-replicas=1.r1", "01-replicas=2", "01-replicas=2.r1"]  # fmt: skip
+        "00-replicas=1", "00-replicas=1.r1", "00-replicas=1.r2",
+        "01-replicas=2", "01-replicas=2.r1", "01-replicas=2.r2"]  # fmt: skip
     whatif = pl.read_parquet(folder / "whatif.parquet").sort("target.sim.replicas")
-    assert whatif["replicates"].to_list() == [2, 2]
-    assert whatif["sessions"].to_list() == [4, 4]  # 2 sessions x 2 replicates
+    assert whatif["replicates"].to_list() == [3, 3]
+    assert whatif["sessions"].to_list() == [6, 6]  # 2 sessions x 3 replicates
     for r in whatif.iter_rows(named=True):
         assert r["session_gain_low"] <= r["session_gain"] <= r["session_gain_high"]
         assert r["verdict"] == verdict(r["session_gain_low"], r["session_gain_high"], 1.1)
@@ -52,7 +54,8 @@ def test_find_brackets_where_the_pool_starts_to_pay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     main([
-        "plan", str(SMOKE), "--find", "target.sim.replicas=1:3", "--seeds", "1",
+        "plan", str(SMOKE), "--find", "target.sim.replicas=1:3", "--seeds", "2",
+        "--set", "sessions.count=3",
         "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
     ])  # fmt: skip
     out = capsys.readouterr().out
