@@ -89,18 +89,21 @@ def first_message(
 
 
 def padded(gen: TextGenerator, head: str, tail: str, n_tokens: int, seed: int) -> str:
-    """``head`` + generated prose + ``tail``, exactly ``n_tokens`` tokens as a whole."""
-    rng = np.random.default_rng(seed)
-    body = gen.prose(rng, max(1, n_tokens - gen.count(head) - gen.count(tail)))
-    for _ in range(64):
-        have = gen.count(head + body + tail)
-        if have == n_tokens:
-            return head + body + tail
-        if have < n_tokens:
-            body += gen.text_of(rng.choice(gen.one_token_words, size=n_tokens - have))
-        else:
-            cut = body.rstrip().rfind(" ")
-            body = body[:cut] if cut > 0 else ""
+    """``head`` + generated prose + ``tail``, exactly ``n_tokens`` tokens as a whole.
+
+    The prose is asked for the tokens the head and tail leave. Where a seam merges or
+    splits a token (prose ending in ``,`` before a blank line, say) the count can step
+    over ``n_tokens``, so prose a token longer and shorter is tried, then the same from
+    the next seed of a fixed sequence: the result depends only on the seed and the texts.
+    """
+    want = n_tokens - gen.count(head) - gen.count(tail)
+    for attempt in range(32):
+        for size in (want, want + 1, want - 1):
+            if size < 1:
+                continue
+            body = gen.prose(np.random.default_rng([seed, attempt]), size)
+            if gen.count(head + body + tail) == n_tokens:
+                return head + body + tail
     raise ValueError(f"tokenizer {gen.tokenizer.identity}: could not pad to {n_tokens} tokens")
 
 
