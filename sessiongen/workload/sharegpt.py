@@ -173,8 +173,7 @@ def _json_list(data: bytes, source: str) -> Iterator[Conversation]:
         rows = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ScenarioError(source, f"line {exc.lineno}", f"not JSON: {exc.msg}") from None
-    if not isinstance(rows, list):
-        raise ScenarioError(source, "", f"expected a list of conversations, got {_show(rows)}")
+    assert isinstance(rows, list)  # the text starts with "["
     for i, row in enumerate(rows):
         yield conversation(source, f"[{i}]", row)
 
@@ -186,7 +185,12 @@ def _json_lines(data: bytes, source: str) -> Iterator[Conversation]:
         try:
             row = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise ScenarioError(source, f"line {number}", f"not JSON: {exc.msg}") from None
+            raise ScenarioError(
+                source,
+                f"line {number}",
+                f"not JSON: {exc.msg} (JSONL holds one conversation a line; a JSON file, "
+                "a list of them)",
+            ) from None
         yield conversation(source, f"line {number}", row)
 
 
