@@ -92,7 +92,7 @@ def test_roles_system_leading_answers_and_runs_of_one_side(tmp_path: Path) -> No
         ([conv({"value": "q"})], "[0]: conversations[0].from: missing"),
         ([conv({"from": "human"})], "[0]: conversations[0].value: missing"),
         ([conv(turn("human", 3))], "[0]: conversations[0].value: expected a string, got 3"),
-        ([conv(turn("robot", "q"))], '[0]: conversations[0].from: expected human, user, gpt'),
+        ([conv(turn("robot", "q"))], "[0]: conversations[0].from: expected human, user, gpt"),
         ([conv(turn("gpt", "a"))], "[0]: conversations: no human turn"),
         ([conv()], "[0]: conversations: no human turn"),
         ([conv(turn("human", "q"), turn("system", "s"))], "[0]: conversations[1].from: a system"),
