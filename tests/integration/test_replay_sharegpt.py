@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
+from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.cli import main
 from sessiongen.sim.prompt import MESSAGE_END, ROLE_HEAD
 from sessiongen.workload.sessions import SessionBuilder
@@ -138,3 +139,12 @@ def test_a_bad_dataset_is_one_line_exit_2_and_no_run_folder(
     assert err.strip().count("\n") == 0 and "Traceback" not in err
     assert f"{path}: " in err and expected in err, err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_the_plan_sends_the_same_turns_as_the_replay(plain: Ran, tmp_path: Path) -> None:
+    df, _, sc = plain
+    planned = pl.read_parquet(virtual_replay(sc, tmp_path, tokens="exact") / "requests.parquet")
+    planned = planned.filter(~pl.col("warmup"))
+    cols = ["block", "session_id", "turn", "prompt_tokens", "content_tokens", "completion_tokens"]
+    assert planned.select(cols).sort(cols).equals(df.select(cols).sort(cols))
+    assert (planned.filter(pl.col("turn") > 1)["local_hit_tokens"] > 0).all()
