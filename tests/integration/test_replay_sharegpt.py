@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
+from sessiongen.analysis import load_run, session_speedup, session_totals
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.cli import main
 from sessiongen.sim.prompt import MESSAGE_END, ROLE_HEAD
@@ -27,7 +28,7 @@ SMALL = ROOT / "scenarios/conversations/sharegpt-small.toml"
 DATASET: list[dict[str, Any]] = orjson.loads((SMALL.parent / "sharegpt-small.json").read_bytes())
 FAST = ["target.sim.time_scale=0.02", 'design.blocks=["off","on"]']
 
-Ran = tuple[pl.DataFrame, dict[str, Any], scenario.Scenario]
+Ran = tuple[pl.DataFrame, dict[str, Any], scenario.Scenario, Path]
 
 
 def count(text: str) -> int:
@@ -39,7 +40,7 @@ def run(runs: Path, *overrides: str) -> Ran:
     out = replay.replay(sc, replay.ReplayOptions(runs_dir=runs, progress=False))
     assert out.failed == 0, out.failure_summary()
     df = pl.read_parquet(out.run_dir / "requests.parquet").filter(~pl.col("warmup"))
-    return df, json.loads((out.run_dir / "manifest.json").read_text()), sc
+    return df, json.loads((out.run_dir / "manifest.json").read_text()), sc, out.run_dir
 
 
 def template_tokens(roles: list[str]) -> int:
@@ -54,7 +55,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Ran:
 
 
 def test_every_turn_is_replayed_with_the_datasets_text(plain: Ran) -> None:
-    df, manifest, sc = plain
+    df, manifest, sc, _ = plain
     kept = [
         c for c in DATASET if sum(t["from"] in ("human", "user") for t in c["conversations"]) >= 2
     ]
@@ -75,7 +76,7 @@ def test_every_turn_is_replayed_with_the_datasets_text(plain: Ran) -> None:
 
 
 def test_token_counts_are_exact_under_the_tokenizer(plain: Ran) -> None:
-    df, manifest, sc = plain
+    df, manifest, sc, _ = plain
     builder = SessionBuilder(sc, manifest["blocks"][0]["salt"])
     for session in builder.sessions():
         for req in session.requests():
@@ -92,7 +93,7 @@ def test_token_counts_are_exact_under_the_tokenizer(plain: Ran) -> None:
 
 
 def test_later_turns_reuse_the_earlier_prompt_on_their_replica(plain: Ran) -> None:
-    df, _, _ = plain
+    df, _, _, _ = plain
     later = df.filter(pl.col("turn") > 1)
     assert later.height == 14
     assert (later["local_hit_tokens"] > 0).all()
@@ -101,7 +102,7 @@ def test_later_turns_reuse_the_earlier_prompt_on_their_replica(plain: Ran) -> No
 def test_a_padded_first_turn_is_exactly_its_size_and_later_turns_extend_it(
     tmp_path: Path,
 ) -> None:
-    df, _, _ = run(
+    df, _, _, _ = run(
         tmp_path,
         "sessions.sharegpt.pad_first_to=2048",
         "sessions.sharegpt.limit=2",
@@ -142,9 +143,17 @@ def test_a_bad_dataset_is_one_line_exit_2_and_no_run_folder(
 
 
 def test_the_plan_sends_the_same_turns_as_the_replay(plain: Ran, tmp_path: Path) -> None:
-    df, _, sc = plain
+    df, _, sc, _ = plain
     planned = pl.read_parquet(virtual_replay(sc, tmp_path, tokens="exact") / "requests.parquet")
     planned = planned.filter(~pl.col("warmup"))
     cols = ["block", "session_id", "turn", "prompt_tokens", "content_tokens", "completion_tokens"]
     assert planned.select(cols).sort(cols).equals(df.select(cols).sort(cols))
     assert (planned.filter(pl.col("turn") > 1)["local_hit_tokens"] > 0).all()
+
+
+def test_sessions_of_their_own_lengths_are_complete_and_have_a_session_gain(plain: Ran) -> None:
+    run = load_run(plain[3])
+    totals = session_totals(run)
+    assert totals.height == 10 and totals["complete"].all()
+    gains = session_speedup(run)
+    assert gains.height == 1 and gains["speedup"].is_not_null().all()
