@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -157,9 +157,9 @@ def conversation(source: str, where: str, row: object) -> Conversation:
     return Conversation(where, conv_id, _JOIN.join(system) if system else None, tuple(exchanges))
 
 
-def _open(path: Path, source: str) -> bytes:
+def _open(path: Path, source: str) -> IO[bytes]:
     try:
-        return path.read_bytes()
+        return open(path, "rb")  # the caller's with closes it
     except FileNotFoundError:
         raise ScenarioError(source, "", "no such file") from None
     except IsADirectoryError:
@@ -168,9 +168,20 @@ def _open(path: Path, source: str) -> bytes:
         raise ScenarioError(source, "", f"cannot read: {exc.strerror}") from None
 
 
-def _json_list(data: bytes, source: str) -> Iterator[Conversation]:
+def _first_char(fh: IO[bytes]) -> bytes:
+    """The first byte that is not white space (b"" for a blank file); rewinds."""
+    while chunk := fh.read(65536):
+        stripped = chunk.lstrip()
+        if stripped:
+            fh.seek(0)
+            return stripped[:1]
+    fh.seek(0)
+    return b""
+
+
+def _json_list(fh: IO[bytes], source: str) -> Iterator[Conversation]:
     try:
-        rows = orjson.loads(data)
+        rows = orjson.loads(fh.read())
     except orjson.JSONDecodeError as exc:
         raise ScenarioError(source, f"line {exc.lineno}", f"not JSON: {exc.msg}") from None
     assert isinstance(rows, list)  # the text starts with "["
@@ -178,8 +189,8 @@ def _json_list(data: bytes, source: str) -> Iterator[Conversation]:
         yield conversation(source, f"[{i}]", row)
 
 
-def _json_lines(data: bytes, source: str) -> Iterator[Conversation]:
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+def _json_lines(fh: IO[bytes], source: str) -> Iterator[Conversation]:
+    for number, raw in enumerate(fh, start=1):
         if not raw.strip():
             continue
         try:
@@ -201,9 +212,12 @@ def read_conversations(path: str | Path) -> Iterator[Conversation]:
     at the rest. An id seen twice and an empty file are errors too.
     """
     source = str(path)
-    data = _open(Path(path), source)
-    head = data.lstrip()[:1]
-    rows = _json_list(data, source) if head == b"[" else _json_lines(data, source)
+    with _open(Path(path), source) as fh:
+        yield from _checked(fh, source)
+
+
+def _checked(fh: IO[bytes], source: str) -> Iterator[Conversation]:
+    rows = _json_list(fh, source) if _first_char(fh) == b"[" else _json_lines(fh, source)
     seen: dict[str, str] = {}
     count = 0
     for conv in rows:

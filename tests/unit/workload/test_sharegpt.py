@@ -100,6 +100,7 @@ def test_roles_system_leading_answers_and_runs_of_one_side(tmp_path: Path) -> No
         ([conv(turn("human", "q"), id=[1])], "[0]: id: expected a string or integer"),
         ([conv(turn("human", "q"), id="a")] * 2, '[1]: id: "a" is also the id at [0]'),
         ([conv(["human", "q"])], "[0]: conversations[0]: expected an object with from and value"),
+        ([], "the dataset is empty (no conversations)"),
         ({"conversations": []}, "line 1: not JSON: unexpected end of data (JSONL holds one"),
     ],
 )
