@@ -141,12 +141,6 @@ class _Shaper:
         self.spec = scenario.sessions.sharegpt
         self.dropped = 0
 
-    def _max_tokens(self, answer: str | None) -> int:
-        fallback = self.scenario.sessions.max_tokens
-        if self.spec.output_tokens == "scenario" or not answer:
-            return fallback
-        return max(1, self.gen.count(answer))
-
     def session(self, conv: Conversation, index: int) -> ChatSession | None:
         """The kept session of ``conv`` (the ``index``-th kept), or None when dropped."""
         spec, gen, chat_api = self.spec, self.gen, self.scenario.model.api == "chat"
@@ -171,13 +165,22 @@ class _Shaper:
             )
         )
         answers = [e.answer or "" for e in exchanges]
+        # One batch of counts per conversation: in chat a turn's prompt is the sum of its
+        # messages' counts, so each text is counted once, not once per later turn.
+        n = len(exchanges)
+        counts = gen.count_many([first, *questions, *answers])
+        c_first, c_q, c_a = counts[0], counts[1 : n + 1], counts[n + 1 :]
+        base = (gen.count(system) if system is not None else 0) + (pad_to or 0 if lazy else c_first)
         turns: list[ChatTurn] = []
         for k, ex in enumerate(exchanges, start=1):
-            msgs = messages(system, first, questions, answers, k)
-            tokens = prompt_tokens(gen, msgs, self.scenario.model.api) + (
-                pad_to or 0 if lazy else 0
-            )
-            out = self._max_tokens(ex.answer)
+            if chat_api:
+                tokens = base + sum(c_a[j] + c_q[j + 1] for j in range(k - 1))
+            else:
+                msgs = messages(system, first, questions, answers, k)
+                tokens = prompt_tokens(gen, msgs, self.scenario.model.api)
+            fallback = self.scenario.sessions.max_tokens
+            use_answer = spec.output_tokens == "answer" and ex.answer
+            out = max(1, c_a[k - 1]) if use_answer else fallback
             cap = spec.max_context_tokens
             if cap is not None and tokens + out > cap:
                 break
