@@ -245,10 +245,10 @@ def session_totals(run: Run, *, extra_keys: Sequence[str] = ()) -> pl.DataFrame:
         total_e2e_s=pl.col("e2e_s").sum(),
         total_queue_s=pl.col("queue_s").sum(),
     )
-    if run.trace:
-        # A trace's sessions have their own lengths: complete when every turn sent was ok
-        # and as many were sent as in the block that sent the most of that session (a
-        # failed turn stops its session, and is itself recorded).
+    if run.trace or run.meta.dataset:
+        # A trace's or a dataset's sessions have their own lengths: complete when every
+        # turn sent was ok and as many were sent as in the block that sent the most of
+        # that session (a failed turn stops its session, and is itself recorded).
         most = pl.col("sent").max().over("session_id")
         complete = (pl.col("turns_ok") == pl.col("sent")) & (pl.col("sent") == most)
     else:

@@ -397,11 +397,17 @@ class RunMeta:
         return self.sessions.get("source") == "trace"
 
     @property
+    def dataset(self) -> bool:
+        """The run replayed a conversation dataset (``sessions.source = "sharegpt"``)."""
+        return self.sessions.get("source") == "sharegpt"
+
+    @property
     def turns(self) -> int | None:
-        """Turns per session as the scenario says; None for a trace (its sessions have
-        their own numbers of turns) or when the scenario does not say."""
+        """Turns per session as the scenario says; None for a trace or a conversation
+        dataset (their sessions have their own numbers of turns) or when the scenario
+        does not say."""
         turns = self.sessions.get("turns")
-        return int(turns) if turns and not self.trace else None
+        return int(turns) if turns and not self.trace and not self.dataset else None
 
     @property
     def modeled(self) -> bool:

@@ -4,7 +4,8 @@
 - :mod:`.spec`: the scenario's sections (``[model]``, ``[sessions]``, ...) and :func:`load`;
 - :mod:`.simprofile`: ``[target.sim]``, the simulated replicas' timing profile;
 - :mod:`.routerspec`: routed placements and ``[target.router]`` (what routers key on);
-- :mod:`.tracespec`: ``[sessions.trace]``, the trace a scenario takes its requests from.
+- :mod:`.tracespec`: ``[sessions.trace]``, the trace a scenario takes its requests from;
+- :mod:`.sharegptspec`: ``[sessions.sharegpt]``, the conversation dataset sessions come from.
 """
 
 from sessiongen.scenario.simprofile import SimProfile

@@ -29,6 +29,7 @@ from sessiongen.scenario.routerspec import (
     router_policy,
 )
 from sessiongen.scenario.schema import spec
+from sessiongen.scenario.sharegptspec import ShareGPTSpec, check_sharegpt_source
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.scenario.tracespec import TraceSpec, check_source
 
@@ -120,13 +121,17 @@ class SessionsSpec:
     shared_prefix_tokens: int = spec(
         0, ge=0, le=10_000_000, doc="tokens of a system prompt shared by all sessions (0: none)"
     )
-    source: Literal["synthetic", "trace"] = spec(
-        "synthetic", doc="where requests come from: the synthetic sessions, or [sessions.trace]"
+    source: Literal["synthetic", "trace", "sharegpt"] = spec(
+        "synthetic",
+        doc="where requests come from: the synthetic sessions, [sessions.trace], "
+        "or a conversation dataset ([sessions.sharegpt])",
     )
     trace: TraceSpec = field(default_factory=TraceSpec)
+    sharegpt: ShareGPTSpec = field(default_factory=ShareGPTSpec)
 
     def __post_init__(self) -> None:
         check_source(self.source, self.trace)
+        check_sharegpt_source(self.source, self.sharegpt)
 
     @property
     def max_tokens(self) -> int:
@@ -487,6 +492,7 @@ LATER_FIELDS = (
     "load",
     "sessions.source",
     "sessions.trace",
+    "sessions.sharegpt",
 )
 
 

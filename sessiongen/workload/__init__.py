@@ -1,5 +1,5 @@
 """The workload: token-exact, deterministic multi-turn sessions built from a scenario,
-and Mooncake-style traces read and written.
+Mooncake-style traces read and written, and conversation datasets read.
 
 - :mod:`.tokenize`: the tokenizers a scenario can name (cl100k, tokenizer.json, a server);
 - :mod:`.textgen`: prose of an exact token length;
@@ -10,5 +10,7 @@ and Mooncake-style traces read and written.
 - :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);
 - :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
 - :mod:`.tracesessions`: a trace as the replay's sessions (turns, start times, delays, facts);
+- :mod:`.sharegpt`: ShareGPT-shaped conversation datasets (JSON or JSONL) read and checked;
+- :mod:`.sharegptsessions`: a dataset as sessions (kept turns, exact counts, first-turn padding);
 - :mod:`.export`: a scenario's requests as a Mooncake-style trace (``sessiongen export``).
 """

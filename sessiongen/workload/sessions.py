@@ -20,6 +20,11 @@ instead (:mod:`.tracesessions`): each turn sends its line's whole prompt
 line's ``output_length``, and carries the line number and prefix-sharing facts into its
 record; the history mode and the probes do not apply to them.
 
+Conversation datasets (``sessions.source = "sharegpt"``) get their sessions from a
+ShareGPT-shaped file (:mod:`.sharegptsessions`): each question is a turn, later turns
+carry the dataset's answers (frozen) or the model's (live), counts are exact under the
+scenario tokenizer; arrivals, think times and placements are the synthetic sessions'.
+
 Needle probes plant facts ("The access code of vault 41 is 9317.") at spread-out
 depths of the context; turn k asks for fact k and stores the exact answer beside the
 request.
@@ -30,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,10 +46,18 @@ from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from sessiongen.workload.reuse import PrefixFacts
+from sessiongen.workload.sharegptsessions import (
+    ChatSession,
+    chat_sessions,
+    first_message,
+    prompt_tokens,
+)
+from sessiongen.workload.sharegptsessions import check_context as check_chat_context
+from sessiongen.workload.sharegptsessions import messages as chat_messages
 from sessiongen.workload.textgen import TextGenerator, generator_for
 from sessiongen.workload.tokenize import Tokenizer
 from sessiongen.workload.traceprompts import TracePrompts
-from sessiongen.workload.tracesessions import TraceSession, load_sessions
+from sessiongen.workload.tracesessions import TraceSession, context_limit, load_sessions
 
 _QUESTION_HEAD = " Question:"
 _PLAIN_ASK = "What do you make of this?"
@@ -236,12 +249,15 @@ class Session:
     session_id: str
     context_tokens: int
     trace: TraceSession | None = None  # a trace scenario's session: its turns and times
+    chat: ChatSession | None = None  # a conversation dataset's session: its turns
     _parts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def turns(self) -> int:
         if self.trace is not None:
             return len(self.trace.turns)
+        if self.chat is not None:
+            return len(self.chat.turns)
         return self.builder.scenario.sessions.turns
 
     def pauses(self) -> list[float]:
@@ -249,6 +265,8 @@ class Session:
         if self.trace is not None:
             return [t.pause_s for t in self.trace.turns]
         sc = self.builder.scenario
+        if self.chat is not None:
+            return think_times(replace(sc.sessions, turns=self.turns), self.index, sc.seed)
         return think_times(sc.sessions, self.index, sc.seed)
 
     def texts(self) -> dict[str, Any]:
@@ -268,6 +286,8 @@ class Session:
         parts = self.texts()
         if self.trace is not None:
             return self._trace_request(turn, parts["prompts"][turn - 1])
+        if self.chat is not None:
+            return self._chat_request(turn, parts, answers)
         spec = self.builder.scenario.sessions
         msgs: list[tuple[str, tuple[Piece, ...]]] = []
         tokens = 0
@@ -323,6 +343,54 @@ class Session:
             placement_key=req.hash_ids[0] if by_prefix else None,
         )
 
+    def _chat_request(
+        self, turn: int, parts: dict[str, Any], answers: Sequence[str] | None
+    ) -> TurnRequest:
+        """A dataset turn: the first message, then the answers (frozen: the dataset's;
+        live: ``answers``) and questions so far; counts exact, max_tokens the turn's."""
+        assert self.chat is not None
+        sc = self.builder.scenario
+        chat_turn = self.chat.turns[turn - 1]
+        if sc.sessions.history == "frozen":
+            given = parts["answers"][: turn - 1]
+            tokens = chat_turn.prompt_tokens
+        else:
+            given = list(answers or [])
+            if len(given) != turn - 1:
+                raise ValueError(f"live turn {turn} needs {turn - 1} answers, got {len(given)}")
+            tokens = self._live_tokens(turn, parts, given)
+        questions = parts["questions"]
+        msgs: list[tuple[str, tuple[Piece, ...]]] = []
+        if parts["system"] is not None:
+            msgs.append(("system", (parts["system"],)))
+        msgs.append(("user", (parts["first"],)))
+        for k in range(1, turn):
+            msgs.append(("assistant", (given[k - 1],)))
+            msgs.append(("user", (questions[k],)))
+        return TurnRequest(
+            session_id=self.session_id,
+            session_index=self.index,
+            turn=turn,
+            context_tokens=self.context_tokens,
+            content_tokens=tokens,
+            expected=None,
+            segments=tuple(msgs),
+            max_tokens=chat_turn.max_tokens,
+        )
+
+    def _live_tokens(self, turn: int, parts: dict[str, Any], given: Sequence[str]) -> int:
+        """A live turn's content tokens: the first turn's, then the real answers' and the
+        questions' counts (chat), or the joined prompt's (completions)."""
+        assert self.chat is not None
+        gen, api = self.builder.generator, self.builder.scenario.model.api
+        questions = parts["questions"]
+        if api == "chat":
+            later = [*given, *questions[1:turn]]
+            return self.chat.turns[0].prompt_tokens + sum(gen.count_many(later) if later else [])
+        system = parts["system"].text() if parts["system"] is not None else None
+        msgs = chat_messages(system, parts["first"].text(), questions, given, turn)
+        return prompt_tokens(gen, msgs, api)
+
     def requests(self) -> Iterator[TurnRequest]:
         """Every turn in order (frozen and none modes)."""
         for turn in range(1, self.turns + 1):
@@ -341,6 +409,7 @@ class SessionBuilder:
         self._system: Blob | None = None
         self._trace: list[TraceSession] | None = None
         self._prompts: TracePrompts | None = None
+        self._chat: list[ChatSession] | None = None
         self._check()
 
     @property
@@ -356,6 +425,9 @@ class SessionBuilder:
         src = self.scenario.source
         if spec.source == "trace":
             self._check_trace()
+            return
+        if spec.source == "sharegpt":
+            self._check_sharegpt()
             return
         floor = self._question_floor()
         if spec.question_tokens < floor:
@@ -413,6 +485,38 @@ class SessionBuilder:
                 f"of this machine's {have / 2**30:.1f} GiB; set sessions.trace.limit or window_ms",
             )
 
+    def _check_sharegpt(self) -> None:
+        """Read the dataset (one line naming file, conversation and field if it is bad),
+        refuse what a dataset replay does not do, check the context and memory."""
+        sc = self.scenario
+        src, spec = sc.source, sc.sessions
+        if spec.probe != "none":
+            raise ScenarioError(
+                src, "sessions.probe", 'expected "none" for a dataset (probes are synthetic-only)'
+            )
+        if spec.history == "none":
+            raise ScenarioError(
+                src, "sessions.history", 'expected "frozen" or "live" for a conversation dataset'
+            )
+        if spec.shared_prefix_tokens:
+            raise ScenarioError(
+                src,
+                "sessions.shared_prefix_tokens",
+                "expected 0 for a conversation dataset (its system turns are the shared prompt)",
+            )
+        self._chat = chat_sessions(
+            sc, self.generator, lambda key: marker(self.generator, self.salt, key)
+        )
+        check_chat_context(self._chat, context_limit(sc), str(spec.sharegpt.path(src)))
+        need, have = self.text_bytes(), physical_memory()
+        if have and need > have // 2:
+            raise ScenarioError(
+                src,
+                "sessions.sharegpt",
+                f"the dataset's prompts would take about {need / 2**30:.1f} GiB, more than half "
+                f"of this machine's {have / 2**30:.1f} GiB; set sessions.sharegpt.limit",
+            )
+
     def text_bytes(self) -> int:
         """About how much memory the texts of all sessions take while a block runs.
 
@@ -422,6 +526,9 @@ class SessionBuilder:
         spec = self.scenario.sessions
         if self._trace is not None:
             return int(4.4 * sum(t.request.input_length for s in self._trace for t in s.turns))
+        if self._chat is not None:
+            last = [c.turns[-1].prompt_tokens for c in self._chat]
+            return int(4.4 * sum(last)) + 40 * max(last)
         per_turn = spec.question_tokens + spec.answer_tokens
         per_session = [n + spec.turns * per_turn for n in spec.initial_context_tokens]
         kept = int(4.4 * spec.count * sum(per_session))
@@ -440,6 +547,11 @@ class SessionBuilder:
         spec = self.scenario.sessions
         if self._trace is not None:
             return [Session(self, i, t.session_id, 0, trace=t) for i, t in enumerate(self._trace)]
+        if self._chat is not None:
+            return [
+                Session(self, i, c.session_id, c.context_tokens, chat=c)
+                for i, c in enumerate(self._chat)
+            ]
         out: list[Session] = []
         for n in spec.initial_context_tokens:
             for _ in range(spec.count):
@@ -457,6 +569,8 @@ class SessionBuilder:
         if sc.load.arrival == "closed":
             return None
         total = sc.sessions.count * len(sc.sessions.initial_context_tokens)
+        if self._chat is not None:
+            total = len(self._chat)
         return arrival_offsets(sc.load, level, total, sc.seed)
 
     @property
@@ -489,6 +603,22 @@ class SessionBuilder:
             assert self._prompts is not None
             prompts = self._prompts
             return {"prompts": [Blob(prompts.text(t.request)) for t in session.trace.turns]}
+        if session.chat is not None:
+            chat = session.chat
+            first = first_message(
+                self.generator,
+                chat.head,
+                chat.turns[0].question,
+                chat.pad_to,
+                seed=self.scenario.seed,
+                index=session.index,
+            )
+            return {
+                "system": Blob(chat.system) if chat.system is not None else None,
+                "first": Blob(first),
+                "questions": [t.question for t in chat.turns],
+                "answers": [t.answer or "" for t in chat.turns],
+            }
         rng = np.random.default_rng(_seed_of(self.scenario.seed, session.index))
         head = marker(self.generator, self.salt, session.session_id)
         expected: list[str | None] = [None] * spec.turns
