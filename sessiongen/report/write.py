@@ -58,6 +58,7 @@ from sessiongen.report.document import (
     to_markdown,
 )
 from sessiongen.report.loadsection import is_load_run, load_section
+from sessiongen.report.reusesection import reuse_section
 from sessiongen.report.routing import routing_section
 
 __all__ = [
@@ -742,6 +743,13 @@ def write_report(
             if isinstance(b, Heading) and b.text.startswith("Headline")
         )
         blocks[at:at] = load_section(whole, out, plots.caption(run), boot)
+    if run.trace:  # what the trace allows, before the headline of what the pool bought
+        at = next(
+            i
+            for i, b in enumerate(blocks)
+            if isinstance(b, Heading) and b.text.startswith("Headline")
+        )
+        blocks[at:at] = reuse_section(run, out, plots.caption(run))
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())
