@@ -306,10 +306,3 @@ def footprint(requests: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
         .agg(replica_blocks=pl.when(~pl.col("unknown").any()).then(pl.col("n").max()))
     )
     return every.join(busy, on="block", how="left").sort("block")
-
-
-def gib(blocks: float | None, block_tokens: int, kv_bytes_per_token: float | None) -> float | None:
-    """Blocks as GiB of KV cache (None where the bytes per token are not known)."""
-    if blocks is None or not kv_bytes_per_token or math.isnan(blocks):
-        return None
-    return blocks * block_tokens * kv_bytes_per_token / 2**30
