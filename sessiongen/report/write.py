@@ -10,8 +10,9 @@ analysis frames once, draws the figures, and writes:
   contamination, request errors, block drift larger than a turn's effect, incomplete
   blocks), after the **limits** of a run too small for its statistics
   (:func:`sessiongen.analysis.interval_warnings`: too few sessions for the intervals,
-  block drift not checked); then the headline speedup curves, the details, the method
-  and the run's identity;
+  block drift not checked); then, for a trace run, what reuse the trace allows and how
+  much of it each arm got (:mod:`sessiongen.report.reusesection`); the headline speedup
+  curves, the details, the method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
