@@ -42,12 +42,18 @@ def _spec(run: Run) -> Mapping[str, Any]:
 
 def trace_path(run: Run) -> Path:
     """The trace file as the replay found it: as given (absolute, or from the working
-    directory), else beside the scenario file."""
+    directory), else beside the scenario file; a relative scenario path is tried from the
+    working directory, then from the folder that holds the runs folder (where the replay
+    ran when the runs are in its default ``runs/``)."""
     given = Path(str(_spec(run).get("file", "")))
     if given.is_absolute() or given.exists():
         return given
     source = Path(str(run.manifest.get("scenario_source", "")))
-    return source.parent / given
+    beside = source.parent / given
+    if beside.exists() or beside.is_absolute():
+        return beside
+    from_root = run.path.resolve().parent.parent / beside
+    return from_root if from_root.exists() else beside
 
 
 def load_lines(run: Run) -> tuple[pl.DataFrame | None, str]:
