@@ -172,8 +172,15 @@ def _recovered_lines(arms: pl.DataFrame) -> list[str]:
             else "interval: not enough data (fewer than 5 sessions with reuse beyond the "
             "local hits)"
         )
+        room = (
+            f"unbounded local caches could serve {_pct(r['replica_share'])} of its prompt "
+            f"tokens, a pool at most {_pct(r['infinite_share'] - r['replica_share'])} more"
+            if r["replica_share"] is not None
+            else "the replica share is not known"
+        )
         out.append(
-            f"{r['placement']}: the pool recovered {r['recovered_tokens']} of the "
+            f"{r['placement']}: {room}; the local caches got {_pct(r['local_share'])}, the "
+            f"pool {_pct(r['pool_share'])}. The pool recovered {r['recovered_tokens']} of the "
             f"{r['beyond_local_tokens']} tokens the infinite cache could have served beyond "
             f"the local hits ({_pct(r['recovered_share'])}; {ci})."
         )
@@ -248,7 +255,21 @@ def _working_part(
         + "; ".join(said)
         + ("." if kv else "; KV bytes per token not known, so no GiB.")
     )
-    return [Paragraph(text), Table(table)], ws
+    return [Paragraph(text + _fits(table, block_tokens, rep, pool)), Table(table)], ws
+
+
+def _fits(table: pl.DataFrame, block_tokens: int, replica: float | None, pool: float | None) -> str:
+    """The largest peaks as shares of the capacities (tokens) they must fit in."""
+    out = []
+    busiest = table["peak_replica_blocks"].max()
+    footprint = table["footprint_blocks"].max()
+    if replica and isinstance(busiest, int):
+        out.append(
+            f"the busiest replica's peak is {busiest * block_tokens / replica:.1%} of its KV cache"
+        )
+    if pool and isinstance(footprint, int):
+        out.append(f"the largest footprint is {footprint * block_tokens / pool:.1%} of the pool")
+    return (" At most, " + "; ".join(out) + ".") if out else ""
 
 
 def _figure(
