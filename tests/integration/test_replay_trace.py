@@ -221,17 +221,24 @@ def test_the_report_says_what_reuse_the_trace_allows_and_what_the_pool_recovered
     assert (report.parent / "reuse.png").is_file()
 
 
-def test_a_trace_that_changed_since_the_run_is_not_read_as_its_own(
-    chat: Ran, tmp_path: Path
+@pytest.mark.parametrize(
+    ("file", "why"),
+    [
+        (str(CHAT.parent / "single-requests.jsonl"), "no longer matches the records"),
+        ("gone.jsonl", "traces/gone.jsonl: no such file)"),
+    ],
+)
+def test_a_trace_that_changed_or_went_since_the_run_is_not_read_as_its_own(
+    chat: Ran, tmp_path: Path, file: str, why: str
 ) -> None:
     run_dir = tmp_path / "changed"
     shutil.copytree(chat[2], run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    manifest["scenario"]["sessions"]["trace"]["file"] = str(CHAT.parent / "single-requests.jsonl")
+    manifest["scenario"]["sessions"]["trace"]["file"] = file
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     text = write_report(run_dir).read_text()
     assert "Replica share and working set: not enough data:" in text
-    assert "no longer matches the records" in text
+    assert why in text
     assert "### Working set against capacity" not in text
     # what the records say of the trace is still reported
     shared, prompt = infinite_share_of(CHAT.parent / "chat-sessions.jsonl")
