@@ -14,6 +14,9 @@
   simulated runs, cold first turns that differ between arms;
 - :mod:`.tails`: tail percentiles with MLPerf LoadGen's early-stopping estimate;
 - :mod:`.load`: saturation, goodput, sustained load, working set, reuse distance;
+- :mod:`.reuse`: a replayed trace's reuse: what an infinite cache could serve (anywhere,
+  per replica as placed), LRU reuse distances, the working set in blocks, and how much
+  of it each arm's local cache and pool got;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
 - :mod:`.compare`: runs against runs (run-to-run noise, Holm over cells, failures).

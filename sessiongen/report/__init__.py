@@ -3,6 +3,8 @@
 - :mod:`.document`: blocks rendered to Markdown and to one self-contained HTML file;
 - :mod:`.plots`: the run's figures;
 - :mod:`.routing`: the section on routers (runs with routed placements);
+- :mod:`.reusesection`: the section on a trace's reuse (trace runs): what it allows,
+  the working set against capacity, what the pool recovered;
 - :mod:`.write`: :func:`write_report`, and the Problems and Limits it leads with
   (:func:`run_cautions`);
 - :mod:`.notebook`: ``sessiongen notebook``, the analysis notebook executed on a run.

@@ -10,8 +10,9 @@ analysis frames once, draws the figures, and writes:
   contamination, request errors, block drift larger than a turn's effect, incomplete
   blocks), after the **limits** of a run too small for its statistics
   (:func:`sessiongen.analysis.interval_warnings`: too few sessions for the intervals,
-  block drift not checked); then the headline speedup curves, the details, the method
-  and the run's identity;
+  block drift not checked); then, for a trace run, what reuse the trace allows and how
+  much of it each arm got (:mod:`sessiongen.report.reusesection`); the headline speedup
+  curves, the details, the method and the run's identity;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -58,6 +59,7 @@ from sessiongen.report.document import (
     to_markdown,
 )
 from sessiongen.report.loadsection import is_load_run, load_section
+from sessiongen.report.reusesection import reuse_section
 from sessiongen.report.routing import routing_section
 
 __all__ = [
@@ -742,6 +744,13 @@ def write_report(
             if isinstance(b, Heading) and b.text.startswith("Headline")
         )
         blocks[at:at] = load_section(whole, out, plots.caption(run), boot)
+    if run.trace:  # what the trace allows, before the headline of what the pool bought
+        at = next(
+            i
+            for i, b in enumerate(blocks)
+            if isinstance(b, Heading) and b.text.startswith("Headline")
+        )
+        blocks[at:at] = reuse_section(run, out, plots.caption(run))
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())

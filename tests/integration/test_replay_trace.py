@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,84 @@ def test_a_trace_runs_in_worker_processes(tmp_path: Path) -> None:
     m = measured(pl.read_parquet(out.run_dir / "requests.parquet"))
     assert sorted(m["trace_line"].to_list()) == list(range(1, 19))
     assert (m.filter(pl.col("turn") == 2)["external_hit_tokens"] > 0).all()
+
+
+def infinite_share_of(path: Path, block_tokens: int = 512) -> tuple[int, int]:
+    """(shared tokens, prompt tokens) of a trace file, computed here from its lines: a
+    line's leading hash ids seen in an earlier line, in tokens (at most its length)."""
+    seen: set[int] = set()
+    shared = prompt = 0
+    for raw in path.read_bytes().split():
+        line = orjson.loads(raw)
+        ids = line["hash_ids"]
+        k = 0
+        while k < len(ids) and ids[k] in seen:
+            k += 1
+        shared += min(k * block_tokens, line["input_length"])
+        prompt += line["input_length"]
+        seen.update(ids)
+    return shared, prompt
+
+
+def arm_rows(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """The reuse section's per-arm table as {(placement, cache): {column: cell}}."""
+    section = text[text.index("## Reuse: ") :]
+    table = [ln for ln in section.split("\n\n")[2].splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+            for ln in table[2:]]  # fmt: skip
+    return {(r["placement"], r["cache"]): r for r in rows}
+
+
+def test_the_report_says_what_reuse_the_trace_allows_and_what_the_pool_recovered(
+    chat: Ran,
+) -> None:
+    report = write_report(chat[2])
+    text = report.read_text()
+    shared, prompt = infinite_share_of(CHAT.parent / "chat-sessions.jsonl")
+    assert f"could have served {shared} of them (infinite-cache share {shared / prompt:.1%})" in (
+        text
+    )
+    arms = arm_rows(text)
+    assert set(arms) == {(p, c) for p in ("alternate", "fixed") for c in ("off", "on")}
+    for row in arms.values():
+        assert float(row["infinite_share"]) == pytest.approx(shared / prompt, abs=5e-4)
+        assert int(row["prompt_tokens"]) == prompt
+        assert float(row["replica_share"]) <= float(row["infinite_share"])
+    # alternate sends every later turn to the other replica: less is local than under fixed
+    assert float(arms["alternate", "on"]["replica_share"]) < float(
+        arms["fixed", "on"]["replica_share"]
+    )
+    assert float(arms["alternate", "off"]["pool_share"]) == 0.0
+    assert float(arms["alternate", "on"]["pool_share"]) > 0.0
+    recovered = int(arms["alternate", "on"]["recovered_tokens"])
+    beyond = int(arms["alternate", "on"]["beyond_local_tokens"])
+    assert 0 < recovered <= beyond
+    said = next(p for p in text.split("\n\n") if p.startswith("alternate: unbounded local"))
+    assert f"The pool recovered {recovered} of the {beyond} tokens" in said
+    assert "### Reuse distance" in text and "### Working set against capacity" in text
+    assert (report.parent / "reuse.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("file", "why"),
+    [
+        (str(CHAT.parent / "single-requests.jsonl"), "no longer matches the records"),
+        ("gone.jsonl", "traces/gone.jsonl: no such file)"),
+    ],
+)
+def test_a_trace_that_changed_or_went_since_the_run_is_not_read_as_its_own(
+    chat: Ran, tmp_path: Path, file: str, why: str
+) -> None:
+    run_dir = tmp_path / "changed"
+    shutil.copytree(chat[2], run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["scenario"]["sessions"]["trace"]["file"] = file
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    text = write_report(run_dir).read_text()
+    assert "Replica share and working set: not enough data:" in text
+    assert why in text
+    assert "### Working set against capacity" not in text
+    # what the records say of the trace is still reported
+    shared, prompt = infinite_share_of(CHAT.parent / "chat-sessions.jsonl")
+    assert f"infinite-cache share {shared / prompt:.1%}" in text

@@ -12,7 +12,9 @@ import polars as pl
 import pytest
 
 from sessiongen import report
+from sessiongen.records.run import load_run
 from sessiongen.report.plots import FIGURE_NAMES
+from sessiongen.report.reusesection import HEADING, reuse_section
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
 FAULTY = SyntheticSpec(contaminate=True, probe="needle", needle_wrong=5, failing_sessions=1)
@@ -190,3 +192,9 @@ def test_the_headline_says_when_its_95_percent_over_covers(clean_report: Path) -
     headline = clean_report.read_text().split("## Headline", 1)[1].split("\n## ", 1)[0]
     assert "At 8 sessions these 95% intervals covered" in headline
     assert "they are conservative" in headline
+
+
+def test_only_a_trace_run_has_the_reuse_section(clean_report: Path) -> None:
+    assert HEADING not in clean_report.read_text()
+    assert not (clean_report.parent / "reuse.png").exists()
+    assert reuse_section(load_run(clean_report.parent.parent), clean_report.parent, "") == []
