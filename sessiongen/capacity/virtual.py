@@ -185,7 +185,7 @@ class Prompts:
         p = self.world.profile
         sizes = (p.local_block_tokens, p.pool_chunk_tokens)
         history = self.scenario.sessions.history
-        rng = np.random.default_rng([self.scenario.seed, session.index, 0x5E55])
+        ids = _Ids(np.random.default_rng([self.scenario.seed, session.index, 0x5E55]))
         head = shape.head
         out: list[Turn] = []
         context: PromptKeys | None = None
@@ -197,16 +197,16 @@ class Prompts:
                     context = (
                         PromptKeys.unique(c, *sizes, seed=session.index)
                         if head is None
-                        else head.extend(_ids(rng, c - head.tokens))
+                        else head.extend(ids.take(c - head.tokens))
                     )
-                prompt = context.extend(_ids(rng, n - context.tokens))
+                prompt = context.extend(ids.take(n - context.tokens))
             else:
                 prev = out[-1]
                 base = prev.prompt
                 if history == "live" and prev.output_ids is not None:
                     base = base.extend(prev.output_ids)
-                prompt = base.extend(_ids(rng, max(n - base.tokens, 0)))
-            outputs = _ids(rng, model.output_tokens)
+                prompt = base.extend(ids.take(n - base.tokens))
+            outputs = ids.take(model.output_tokens)
             out.append(
                 Turn(
                     session_id=session.session_id,
@@ -312,6 +312,26 @@ def block_ids(hash_ids: Sequence[int], input_length: int, block_tokens: int) -> 
     at *= _SCRAMBLE
     at >>= np.uint64(40)
     return at.astype(np.uint32)
+
+
+class _Ids:
+    """Random token ids of one synthetic session, drawn a few thousand at a time (a
+    draw's fixed cost is most of a turn's few hundred ids) and handed out in order."""
+
+    def __init__(self, rng: np.random.Generator, batch: int = 4096) -> None:
+        self.rng = rng
+        self.batch = batch
+        self._ids = np.zeros(0, dtype=np.uint32)
+        self._at = 0
+
+    def take(self, n: int) -> NDArray[np.uint32]:
+        n = max(n, 0)
+        if self._at + n > len(self._ids):
+            self._ids = _ids(self.rng, max(n, self.batch))
+            self._at = 0
+        out = self._ids[self._at : self._at + n]
+        self._at += n
+        return out
 
 
 def _ids(rng: np.random.Generator, n: int) -> NDArray[np.uint32]:
