@@ -321,7 +321,7 @@ class _Ids:
     def __init__(self, rng: np.random.Generator, batch: int = 4096) -> None:
         self.rng = rng
         self.batch = batch
-        self._ids = np.zeros(0, dtype=np.uint32)
+        self._ids: NDArray[np.uint32] = np.zeros(0, dtype=np.uint32)
         self._at = 0
 
     def take(self, n: int) -> NDArray[np.uint32]:
