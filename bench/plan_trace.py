@@ -12,8 +12,9 @@ in an hour, 12k tokens on average). Then plans one block of it (pool on, fixed
 placement by session) on the virtual clock, in ``shape`` mode (prompts made from the
 hash ids, untokenized) and, on the first ``--exact-requests`` requests, in ``exact``
 mode (token-exact prompts through the tokenizer). For each: the CPU time
-(``time.process_time``) of importing the trace (reading it into sessions), preparing
-every prompt, and the rest of the block (the engine's replay and the records), per
+(``time.process_time``) of importing the trace (reading it into sessions) and of
+preparing every prompt, each alone, then of the whole planned block and the part of it
+that is not prompt preparation (its own import, the engine's replay, the records), per
 request. Prints figures; asserts nothing.
 """
 
@@ -31,9 +32,10 @@ import orjson
 import polars as pl
 
 from sessiongen import scenario
-from sessiongen.capacity.virtual import Prompts, Tokens, virtual_replay
+from sessiongen.capacity.virtual import Prompts, Tokens, Turn, virtual_replay
 from sessiongen.records.run import load_run
 from sessiongen.sim.engine import World
+from sessiongen.workload.sessions import Session
 
 BLOCK = 512
 HOUR_MS = 3_600_000.0
@@ -131,17 +133,32 @@ def measure(folder: Path, tokens: Tokens, limit: int, replicas: int) -> None:
         prompts.turns(session)
         session.forget()
     prepared = time.process_time() - cpu
+    spent = [0.0]  # CPU seconds in prompt preparation during the plan itself
+    turns = Prompts.turns
+
+    def timed(self: Prompts, session: Session) -> list[Turn]:
+        start = time.process_time()
+        try:
+            return turns(self, session)
+        finally:
+            spent[0] += time.process_time() - start
+
+    Prompts.turns = timed  # type: ignore[method-assign]
     cpu = time.process_time()
-    run_dir = virtual_replay(sc, folder / f"runs-{tokens}", tokens=tokens)
+    try:
+        run_dir = virtual_replay(sc, folder / f"runs-{tokens}", tokens=tokens)
+    finally:
+        Prompts.turns = turns  # type: ignore[method-assign]
     total = time.process_time() - cpu
     rows = load_run(run_dir).ok.filter(~pl.col("warmup"))
-    replay = max(total - imported - prepared, 0.0)
+    rest = total - spent[0]
     per = 1e6 / max(requests, 1)
     print(
         f"{tokens:>5}: {requests:>6,} requests, {len(prompts.sessions):,} sessions "
-        f"({prompts.mode}); CPU import {imported:5.1f} s ({imported * per:5.0f} us/req), "
-        f"prompts {prepared:5.1f} s ({prepared * per:5.0f} us/req), replay and records "
-        f"{replay:5.1f} s ({replay * per:5.0f} us/req); whole plan {total:5.1f} s"
+        f"({prompts.mode}); CPU: trace import {imported:5.1f} s ({imported * per:4.0f} us/req), "
+        f"prompts alone {prepared:5.1f} s ({prepared * per:5.0f} us/req); whole plan "
+        f"{total:5.1f} s ({total * per:5.0f} us/req): prompts {spent[0]:5.1f} s, import, "
+        f"engine and records {rest:5.1f} s ({rest * per:4.0f} us/req)"
     )
     ttft = rows["ttft_s"]
     hits = int((rows["local_hit_tokens"] + rows["external_hit_tokens"]).sum())
