@@ -25,10 +25,14 @@ Prompts come in two forms (``tokens``):
   system prompt spans whole blocks.
 
 ``auto`` picks ``exact`` up to :data:`EXACT_SESSIONS` sessions per block. A trace
-scenario (``sessions.source = "trace"``) is always prepared exactly (its prompts differ
-in their own ways, so no first session is a shape for the others), on the trace's own
-schedule: first turns at their timestamps, later turns their delay after the previous
-answer, as replay sends them; its records carry the trace line and prefix facts.
+scenario (``sessions.source = "trace"``) runs on the trace's own schedule: first turns at
+their timestamps, later turns their delay after the previous answer, as replay sends
+them; its records carry the trace line and prefix facts. Its prompts are either
+``exact`` (each line's token-exact text from its hash ids, through the chat template and
+the tokenizer) or, in ``shape`` mode, token ids made from the hash ids alone
+(:func:`block_ids`: block ``h`` is always the same ids, so requests share exactly the
+blocks the trace says they share) inside the chat template's own ids, so each prompt
+has the exact mode's length and block layout without a text being built or tokenized.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import functools
 import heapq
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -123,9 +127,8 @@ class Prompts:
         self.mode: Literal["exact", "shape"] = (
             ("exact" if per_block <= EXACT_SESSIONS else "shape") if tokens == "auto" else tokens
         )
-        if self.builder.is_trace:
-            self.mode = "exact"
         self._shapes: dict[int, Shape] = {}
+        self._template: tuple[PromptKeys, NDArray[np.uint32]] | None = None
 
     def prepare(self, req: TurnRequest) -> Job:
         """The served simulator's own preparation of one request body."""
@@ -149,6 +152,8 @@ class Prompts:
         """Every turn of ``session``, in order."""
         if self.mode == "exact":
             return self.exact_turns(session)
+        if session.trace is not None:
+            return self._hashed(session)
         shape = self._shapes.get(session.context_tokens)
         if shape is None:
             shape = self._shapes[session.context_tokens] = self._shape_of(session.context_tokens)
@@ -180,7 +185,7 @@ class Prompts:
         p = self.world.profile
         sizes = (p.local_block_tokens, p.pool_chunk_tokens)
         history = self.scenario.sessions.history
-        rng = np.random.default_rng([self.scenario.seed, session.index, 0x5E55])
+        ids = _Ids(np.random.default_rng([self.scenario.seed, session.index, 0x5E55]))
         head = shape.head
         out: list[Turn] = []
         context: PromptKeys | None = None
@@ -192,16 +197,16 @@ class Prompts:
                     context = (
                         PromptKeys.unique(c, *sizes, seed=session.index)
                         if head is None
-                        else head.extend(_ids(rng, c - head.tokens))
+                        else head.extend(ids.take(c - head.tokens))
                     )
-                prompt = context.extend(_ids(rng, n - context.tokens))
+                prompt = context.extend(ids.take(n - context.tokens))
             else:
                 prev = out[-1]
                 base = prev.prompt
                 if history == "live" and prev.output_ids is not None:
                     base = base.extend(prev.output_ids)
-                prompt = base.extend(_ids(rng, max(n - base.tokens, 0)))
-            outputs = _ids(rng, model.output_tokens)
+                prompt = base.extend(ids.take(n - base.tokens))
+            outputs = ids.take(model.output_tokens)
             out.append(
                 Turn(
                     session_id=session.session_id,
@@ -214,6 +219,52 @@ class Prompts:
                     content_tokens=model.content_tokens,
                     prompt_digest=None,
                     expected=None,
+                )
+            )
+        return out
+
+    def _chat_template(self) -> tuple[PromptKeys, NDArray[np.uint32]]:
+        """The keys of what the chat template puts before a user message's content, and
+        the ids it puts after (found by tokenizing an empty and a one-word message)."""
+        if self._template is None:
+            p = self.world.profile
+            if self.scenario.model.api == "chat":
+                chat = self.world.tokenizer.chat
+                empty, word = chat([("user", "")]), chat([("user", "x")])
+                n = int(np.flatnonzero(empty != word[: len(empty)])[0])
+                head, tail = empty[:n], empty[n:]
+            else:
+                head = tail = np.zeros(0, dtype=np.uint32)
+            keys = PromptKeys.of(head, p.local_block_tokens, p.pool_chunk_tokens)
+            self._template = (keys, tail)
+        return self._template
+
+    def _hashed(self, session: Session) -> list[Turn]:
+        """A trace session's turns with prompts made from their hash ids (module doc)."""
+        assert session.trace is not None
+        head, tail = self._chat_template()
+        spec = self.scenario.sessions.trace
+        by_prefix = spec.placement_key == "prefix"
+        rng = np.random.default_rng([self.scenario.seed, session.index, 0x7ACE])
+        out: list[Turn] = []
+        for k, t in enumerate(session.trace.turns, start=1):
+            req = t.request
+            content = block_ids(req.hash_ids, req.input_length, spec.block_tokens)
+            out.append(
+                Turn(
+                    session_id=session.session_id,
+                    session_index=session.index,
+                    context_tokens=session.context_tokens,
+                    turn=k,
+                    prompt=head.extend(np.concatenate((content, tail))),
+                    output_tokens=req.output_length,
+                    output_ids=_ids(rng, req.output_length),
+                    content_tokens=req.input_length,
+                    prompt_digest=None,
+                    expected=None,
+                    home_key=req.hash_ids[0] if by_prefix else -1,
+                    trace_line=req.line,
+                    prefix=t.facts,
                 )
             )
         return out
@@ -240,6 +291,47 @@ def _common(a: NDArray[Any], b: NDArray[Any]) -> int:
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if len(differ) else n
+
+
+#: Odd multiplier that scrambles a block's (hash id, position) into a token id.
+_SCRAMBLE = np.uint64(0x9E3779B97F4A7C15)
+
+
+def block_ids(hash_ids: Sequence[int], input_length: int, block_tokens: int) -> NDArray[np.uint32]:
+    """``input_length`` synthetic token ids whose ``block_tokens``-token blocks are named by
+    ``hash_ids``: token ``p`` of block ``h`` is a scramble of ``h * block_tokens + p``
+    (24 bits), the same in every prompt, so prompts whose first k hash ids agree share
+    exactly their first ``k * block_tokens`` ids (the last block cut short), and blocks
+    with different ids differ in nearly every position (the scramble is a bijection of
+    64 bits, cut to its top 24). No text, no tokenizer: a trace's
+    prompts for the planner, which needs only their lengths and block identities."""
+    size = np.uint64(block_tokens)
+    h = np.asarray(hash_ids, dtype=np.uint64)
+    at = np.repeat(h * size, block_tokens)[:input_length]
+    at += np.tile(np.arange(block_tokens, dtype=np.uint64), len(h))[:input_length]
+    at *= _SCRAMBLE
+    at >>= np.uint64(40)
+    return at.astype(np.uint32)
+
+
+class _Ids:
+    """Random token ids of one synthetic session, drawn a few thousand at a time (a
+    draw's fixed cost is most of a turn's few hundred ids) and handed out in order."""
+
+    def __init__(self, rng: np.random.Generator, batch: int = 4096) -> None:
+        self.rng = rng
+        self.batch = batch
+        self._ids: NDArray[np.uint32] = np.zeros(0, dtype=np.uint32)
+        self._at = 0
+
+    def take(self, n: int) -> NDArray[np.uint32]:
+        n = max(n, 0)
+        if self._at + n > len(self._ids):
+            self._ids = _ids(self.rng, max(n, self.batch))
+            self._at = 0
+        out = self._ids[self._at : self._at + n]
+        self._at += n
+        return out
 
 
 def _ids(rng: np.random.Generator, n: int) -> NDArray[np.uint32]:

@@ -257,23 +257,62 @@ class KeyChain:
         )
 
 
+class ChunkKeys:
+    """A prompt's pool chunk keys read off its block keys, when a chunk is a whole
+    number of blocks: chunk ``j`` ends where block ``(j + 1) * per_chunk - 1`` ends, and a
+    block's chain key already stands for the whole prefix up to its end, so its key is
+    the chunk's key as well (a different number than :func:`chain_keys` at the chunk size
+    would give, the same sharing). Nothing is hashed twice: a session's turn hashed
+    once at block size costs what one chain costs."""
+
+    __slots__ = ("block_tokens", "local", "per_chunk")
+
+    def __init__(self, local: KeyChain, per_chunk: int) -> None:
+        self.local = local
+        self.per_chunk = per_chunk
+        self.block_tokens = local.block_tokens * per_chunk
+
+    @property
+    def tokens(self) -> int:
+        return self.local.tokens
+
+    @property
+    def blocks(self) -> int:
+        return self.local.tokens // self.block_tokens
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        step = self.per_chunk
+        view: NDArray[np.uint64] = self.local.keys[step - 1 :: step]
+        return view
+
+
 @dataclass(frozen=True)
 class PromptKeys:
-    """A token sequence's keys at both granularities: vLLM blocks and LMCache chunks."""
+    """A token sequence's keys at both granularities: vLLM blocks and LMCache chunks.
+
+    When the chunk size is a whole number of blocks (as the profile's defaults are), the
+    chunk keys are read off the block keys (:class:`ChunkKeys`); otherwise they are a
+    chain of their own.
+    """
 
     local: KeyChain
-    pool: KeyChain
+    pool: KeyChain | ChunkKeys
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int, chunk_tokens: int) -> PromptKeys:
-        return cls(KeyChain.of(ids, block_tokens), KeyChain.of(ids, chunk_tokens))
+        local = KeyChain.of(ids, block_tokens)
+        if chunk_tokens % block_tokens == 0:
+            return cls(local, ChunkKeys(local, chunk_tokens // block_tokens))
+        return cls(local, KeyChain.of(ids, chunk_tokens))
 
     @classmethod
     def unique(cls, tokens: int, block_tokens: int, chunk_tokens: int, seed: int) -> PromptKeys:
         """Keys of a ``tokens``-token context nobody else shares (:meth:`KeyChain.unique`)."""
-        return cls(
-            KeyChain.unique(tokens, block_tokens, seed), KeyChain.unique(tokens, chunk_tokens, seed)
-        )
+        local = KeyChain.unique(tokens, block_tokens, seed)
+        if chunk_tokens % block_tokens == 0:
+            return cls(local, ChunkKeys(local, chunk_tokens // block_tokens))
+        return cls(local, KeyChain.unique(tokens, chunk_tokens, seed))
 
     @property
     def tokens(self) -> int:
@@ -281,7 +320,11 @@ class PromptKeys:
 
     def extend(self, ids: Any) -> PromptKeys:
         """The keys of this sequence followed by ``ids``."""
-        return PromptKeys(self.local.extend(ids), self.pool.extend(ids))
+        local = self.local.extend(ids)
+        pool = self.pool
+        if isinstance(pool, ChunkKeys):
+            return PromptKeys(local, ChunkKeys(local, pool.per_chunk))
+        return PromptKeys(local, pool.extend(ids))
 
 
 class _LRUKeys:

@@ -10,7 +10,8 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.capacity.plan import plan
-from sessiongen.capacity.virtual import virtual_replay
+from sessiongen.capacity.virtual import Tokens, block_ids, virtual_replay
+from sessiongen.records.run import load_run
 from sessiongen.workload.sessions import SessionBuilder
 from tests.support.paths import ROOT
 
@@ -61,3 +62,52 @@ def test_sessiongen_plan_takes_a_trace_scenario(tmp_path: Path) -> None:
     whatif = pl.read_parquet(out / "whatif.parquet")
     assert whatif["placement"].to_list() == ["alternate"]
     assert (out / "report" / "report.md").is_file()
+
+
+def _planned(sc: scenario.Scenario, tmp: Path, tokens: Tokens) -> tuple[pl.DataFrame, str]:
+    run_dir = virtual_replay(sc, tmp / tokens, tokens=tokens)
+    run = load_run(run_dir)
+    columns = [
+        "block",
+        "trace_line",
+        "warmup",
+        "prompt_tokens",
+        "local_hit_tokens",
+        "external_hit_tokens",
+        "replica",
+        "ttft_s",
+        "e2e_s",
+    ]
+    frame = pl.read_parquet(run_dir / "requests.parquet").select(columns)
+    return frame.sort("block", "warmup", "trace_line"), run.manifest["target"]["prompts"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["sessions.trace.file=single-requests.jsonl", "sessions.trace.placement_key=prefix"],
+    ],
+)
+def test_prompts_from_hash_ids_plan_as_the_exact_prompts(
+    tmp_path: Path, overrides: list[str]
+) -> None:
+    """The planner's shape mode makes a trace's prompts from its hash ids, untokenized;
+    the engine sees the same lengths and shared blocks, so every figure agrees."""
+    sc = scenario.load(CHAT, ['design.blocks=["off","on"]', *overrides])
+    exact, exact_mode = _planned(sc, tmp_path, "exact")
+    shaped, shaped_mode = _planned(sc, tmp_path, "shape")
+    assert (exact_mode, shaped_mode) == ("exact", "shape")
+    assert exact.height > 12
+    assert shaped.equals(exact)
+
+
+def test_block_ids_share_exactly_the_blocks_their_hash_ids_share() -> None:
+    a = block_ids([7, 8, 9], 1200, 512)
+    b = block_ids([7, 8, 10, 11], 1600, 512)
+    c = block_ids([7, 8], 700, 512)
+    assert len(a) == 1200 and len(b) == 1600 and len(c) == 700
+    assert (a[:1024] == b[:1024]).all()
+    assert (a[:700] == c).all()
+    assert (a[1024:] != b[1024:1200]).mean() > 0.99
+    assert (block_ids([3], 512, 512) != block_ids([4], 512, 512)).mean() > 0.99

@@ -113,11 +113,26 @@ def test_prompt_keys_extend_both_granularities() -> None:
     grown = PromptKeys.of(head, 16, 1568).extend(tail)
     assert grown.tokens == whole.tokens == 3700
     assert grown.local.keys.tolist() == whole.local.keys.tolist()
-    assert (
-        grown.pool.keys.tolist()
-        == whole.pool.keys.tolist()
-        == chain_keys(np.concatenate([head, tail]), 1568)
-    )
+    # A chunk of 1568 tokens is 98 blocks: its key is the block key where it ends (the
+    # same prefix), so the pool's keys cost no hashing of their own.
+    every = chain_keys(np.concatenate([head, tail]), 16)
+    assert grown.pool.keys.tolist() == whole.pool.keys.tolist() == every[97::98]
+    assert len(grown.pool.keys) == 3700 // 1568 == grown.pool.blocks
+
+
+def test_prompt_keys_at_a_chunk_size_that_is_not_whole_blocks_chain_on_their_own() -> None:
+    head, tail = ids((0, 3000)), ids((9000, 9700))
+    grown = PromptKeys.of(head, 16, 1000).extend(tail)
+    assert grown.pool.keys.tolist() == chain_keys(np.concatenate([head, tail]), 1000)
+    unique = PromptKeys.unique(5000, 16, 1000, seed=3)
+    assert len(unique.pool.keys) == 5 and len(unique.local.keys) == 312
+
+
+def test_chunk_keys_share_exactly_the_prefixes_that_share_chunks() -> None:
+    a, b = ids((0, 4000)), np.concatenate([ids((0, 2000)), ids((7000, 9000))])
+    ka, kb = (PromptKeys.of(x, 16, 1568).pool.keys.tolist() for x in (a, b))
+    assert len(ka) == len(kb) == 2
+    assert ka[0] == kb[0] and ka[1] != kb[1]  # they differ from token 2000, in chunk 2
 
 
 def test_pool_is_chunk_aligned_and_bounded_in_bytes() -> None:
