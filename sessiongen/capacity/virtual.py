@@ -33,6 +33,8 @@ the tokenizer) or, in ``shape`` mode, token ids made from the hash ids alone
 (:func:`block_ids`: block ``h`` is always the same ids, so requests share exactly the
 blocks the trace says they share) inside the chat template's own ids, so each prompt
 has the exact mode's length and block layout without a text being built or tokenized.
+A conversation dataset (``sessions.source = "sharegpt"``) is always ``exact``: its
+sessions have texts of their own, so none is a shape for the others.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ class Prompts:
 
     def turns(self, session: Session) -> list[Turn]:
         """Every turn of ``session``, in order."""
-        if self.mode == "exact":
+        if self.mode == "exact" or self.scenario.sessions.source == "sharegpt":
+            # a dataset's turns have their own texts: no session is a shape for another
             return self.exact_turns(session)
         if session.trace is not None:
             return self._hashed(session)
