@@ -17,7 +17,7 @@ import pytest
 
 from sessiongen import replay, scenario
 from sessiongen.analysis import load_run, session_speedup, session_totals
-from sessiongen.capacity.virtual import virtual_replay
+from sessiongen.capacity.virtual import Tokens, virtual_replay
 from sessiongen.cli import main
 from sessiongen.sim.prompt import MESSAGE_END, ROLE_HEAD
 from sessiongen.workload.sessions import SessionBuilder
@@ -142,9 +142,13 @@ def test_a_bad_dataset_is_one_line_exit_2_and_no_run_folder(
     assert not runs.exists() or not any(runs.iterdir())
 
 
-def test_the_plan_sends_the_same_turns_as_the_replay(plain: Ran, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tokens", ["exact", "shape"])
+def test_the_plan_sends_the_same_turns_as_the_replay(
+    plain: Ran, tmp_path: Path, tokens: Tokens
+) -> None:
+    """Shape mode too: a dataset's sessions are never shapes of one another."""
     df, _, sc, _ = plain
-    planned = pl.read_parquet(virtual_replay(sc, tmp_path, tokens="exact") / "requests.parquet")
+    planned = pl.read_parquet(virtual_replay(sc, tmp_path, tokens=tokens) / "requests.parquet")
     planned = planned.filter(~pl.col("warmup"))
     cols = ["block", "session_id", "turn", "prompt_tokens", "content_tokens", "completion_tokens"]
     assert planned.select(cols).sort(cols).equals(df.select(cols).sort(cols))
