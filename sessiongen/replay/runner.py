@@ -21,7 +21,7 @@ from sessiongen.records.format import RequestRecord
 from sessiongen.replay import routing
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy
-from sessiongen.workload.probes import grade
+from sessiongen.text.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
 
 Emit = Callable[[RequestRecord], None]

@@ -39,10 +39,10 @@ import orjson
 from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.text.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.text.tokenize import Tokenizer
 from sessiongen.workload.reuse import PrefixFacts
 from sessiongen.workload.textgen import TextGenerator, generator_for
-from sessiongen.workload.tokenize import Tokenizer
 from sessiongen.workload.traceprompts import TracePrompts
 from sessiongen.workload.tracesessions import TraceSession, load_sessions
 

@@ -54,8 +54,8 @@ from sessiongen.launch.tinymodel import (
 )
 from sessiongen.records.merge import merge_runs
 from sessiongen.scenario.spec import ManagedSpec
+from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.textgen import default_generator
-from sessiongen.workload.tokenize import cl100k
 from tests.realstack.conftest import StartupClock
 from tests.support.paths import ROOT
 
