@@ -19,7 +19,9 @@ The package follows the data, one subpackage per stage (each ``__init__`` has a 
                         analysis (polars) -> report (plots) -> trend (nightly)
 
 ``design`` is what replay and the planner (``capacity``: the simulator's engine on a
-virtual clock, beside replay, never importing it) both follow. ``infra`` (files,
+virtual clock, beside replay, never importing it) both follow; ``text`` (tokenizers, the
+needle probes' phrasing) is what the workload and the simulator both read, so ``sim``
+imports no workload. ``infra`` (files,
 processes, ports, console progress), ``sim`` (the simulated replicas), ``launch`` (real
 replicas) and ``calibrate`` (the client's own overhead) sit beside them. Errors are in
 :mod:`sessiongen.errors`.

@@ -29,7 +29,7 @@ from typing import Any
 
 from sessiongen.errors import MissingDependencyError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
-from sessiongen.workload.tokenize import TiktokenTokenizer
+from sessiongen.text.tokenize import TiktokenTokenizer
 
 BUILTIN_TINY = "builtin:tiny"
 """The ``target.managed.model`` value that selects this model."""

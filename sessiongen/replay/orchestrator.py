@@ -448,6 +448,13 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
             f"--workers {opts.workers}: expected driver.concurrency >= {max(2, opts.workers)} "
             "(each worker needs a stream; concurrency 1 keeps per-request counters exact)"
         )
+    open_loop = scenario.load.arrival != "closed" or scenario.sessions.source == "trace"
+    if opts.workers > 1 and open_loop and scenario.load.max_in_flight < opts.workers:
+        raise UserError(
+            f"--workers {opts.workers}: expected load.max_in_flight >= {opts.workers} "
+            "(each worker runs a session at a time at least; max_in_flight = 1 keeps "
+            "per-request counters exact)"
+        )
     target = make_target(scenario, opts.endpoints, opts.cache)
     asyncio.run(target.preflight())  # a one-line error before any work or any run folder
     run = _Replay(scenario, opts, target)

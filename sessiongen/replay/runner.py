@@ -21,7 +21,7 @@ from sessiongen.records.format import RequestRecord
 from sessiongen.replay import routing
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy
-from sessiongen.workload.probes import grade
+from sessiongen.text.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
 
 Emit = Callable[[RequestRecord], None]
@@ -56,8 +56,10 @@ class BlockContext:
     @property
     def exact_counters(self) -> bool:
         """Counters around each request are exact only when requests never overlap: one
-        session at a time (closed loop at level 1)."""
-        return not self.open_loop and self.plan.level == 1
+        session at a time (a closed loop at level 1, or an open loop or a trace capped at
+        one session in flight, ``load.max_in_flight = 1``: a session holds its slot for
+        all its turns, which it sends one after another)."""
+        return self.concurrency == 1
 
     @property
     def concurrency(self) -> int:

@@ -36,7 +36,7 @@ from sessiongen.sim.metrics import ReplicaMetrics
 from sessiongen.sim.prompt import PromptTokenizer
 from sessiongen.sim.scheduler import SimRequest, Step
 from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
-from sessiongen.workload.probes import answer_needle
+from sessiongen.text.probes import answer_needle
 
 log = logging.getLogger("sessiongen.sim")
 

@@ -6,7 +6,7 @@ every replica and in every cache state, which is what equivalence checks compare
 requests (temperature 0) ignore the seed; sampled requests without a seed take a fresh
 key from a counter. Logprobs are hash-derived too.
 
-When the prompt asks a needle question (:func:`sessiongen.workload.probes.answer_needle`),
+When the prompt asks a needle question (:func:`sessiongen.text.probes.answer_needle`),
 the output begins with the planted answer, as a healthy model would answer. With the
 profile's ``pool_corruption`` probability a request served partly from the pool is
 *corrupted* (chosen by a hash of its prompt): other words, and a wrong needle answer.
@@ -27,7 +27,7 @@ import numpy as np
 import tiktoken
 from numpy.typing import NDArray
 
-from sessiongen.workload.tokenize import TiktokenTokenizer, cl100k
+from sessiongen.text.tokenize import TiktokenTokenizer, cl100k
 
 _WORD_COUNT = 2000
 _U64 = np.uint64

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from sessiongen.workload.tokenize import cl100k
+from sessiongen.text.tokenize import cl100k
 
 ROLE_HEAD = "<|im_start|>{role}\n"
 MESSAGE_END = "<|im_end|>\n"

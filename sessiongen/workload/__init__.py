@@ -1,7 +1,8 @@
 """The workload: token-exact, deterministic multi-turn sessions built from a scenario,
-Mooncake-style traces read and written, and conversation datasets read.
+Mooncake-style traces read and written, and conversation datasets read. Its tokenizers and
+the needle probes' phrasing are in :mod:`sessiongen.text`, which the simulator reads prompts
+with too.
 
-- :mod:`.tokenize`: the tokenizers a scenario can name (cl100k, tokenizer.json, a server);
 - :mod:`.textgen`: prose of an exact token length;
 - :mod:`.sessions`: sessions, their turns and the exact request bodies;
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);

@@ -41,9 +41,9 @@ from sessiongen.design.arrivals import arrival_offsets
 from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import atomic_write, ensure_dir
 from sessiongen.scenario.spec import Scenario
+from sessiongen.text.tokenize import Tokenizer
 from sessiongen.workload.sessions import SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import generator_for
-from sessiongen.workload.tokenize import Tokenizer
 from sessiongen.workload.trace import DEFAULT_BLOCK_TOKENS
 
 

@@ -44,7 +44,8 @@ import orjson
 from sessiongen.design.arrivals import arrival_offsets, think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.text.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.text.tokenize import Tokenizer
 from sessiongen.workload.reuse import PrefixFacts
 from sessiongen.workload.sharegptsessions import (
     ChatSession,
@@ -55,7 +56,6 @@ from sessiongen.workload.sharegptsessions import (
 from sessiongen.workload.sharegptsessions import check_context as check_chat_context
 from sessiongen.workload.sharegptsessions import messages as chat_messages
 from sessiongen.workload.textgen import TextGenerator, generator_for
-from sessiongen.workload.tokenize import Tokenizer
 from sessiongen.workload.traceprompts import TracePrompts
 from sessiongen.workload.tracesessions import TraceSession, context_limit, load_sessions
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from sessiongen.workload import tokenize
-from sessiongen.workload.tokenize import Tokenizer, cl100k
+from sessiongen.text import tokenize
+from sessiongen.text.tokenize import Tokenizer, cl100k
 
 #: Bump when the generated text changes for the same seed; recorded in manifests.
 GENERATOR_VERSION = "prose-v1"

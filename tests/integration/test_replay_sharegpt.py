@@ -20,8 +20,8 @@ from sessiongen.analysis import load_run, session_speedup, session_totals
 from sessiongen.capacity.virtual import Tokens, virtual_replay
 from sessiongen.cli import main
 from sessiongen.sim.prompt import MESSAGE_END, ROLE_HEAD
+from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.sessions import SessionBuilder
-from sessiongen.workload.tokenize import cl100k
 from tests.support.paths import ROOT
 
 SMALL = ROOT / "scenarios/conversations/sharegpt-small.toml"

@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
+from sessiongen.errors import UserError
 from sessiongen.report import write_report
 from tests.support.paths import ROOT
 
@@ -243,3 +244,33 @@ def test_a_trace_that_changed_or_went_since_the_run_is_not_read_as_its_own(
     # what the records say of the trace is still reported
     shared, prompt = infinite_share_of(CHAT.parent / "chat-sessions.jsonl")
     assert f"infinite-cache share {shared / prompt:.1%}" in text
+
+
+def test_one_session_at_a_time_reads_each_requests_hits_from_the_counters(
+    tmp_path: Path,
+) -> None:
+    """``load.max_in_flight = 1``: a trace's requests never overlap, so each one's hits
+    are the replica's counter deltas around it (exact), as in a closed loop at level 1;
+    the real CPU pair has no other per-request account of its pool hits."""
+    df, _, _ = run(
+        tmp_path,
+        "load.max_in_flight=1",
+        'placement.policies=["alternate"]',
+        'design.blocks=["off","on"]',
+    )
+    m = measured(df)
+    assert m.height == 2 * 18
+    assert m["hit_source"].to_list() == ["counters"] * m.height
+    assert (m.filter(pl.col("cache") == "off")["external_hit_tokens"] == 0).all()
+    moved_on = m.filter((pl.col("cache") == "on") & (pl.col("turn") == 2))
+    assert moved_on["cross_replica"].all()
+    assert (moved_on["external_hit_tokens"] > 0).all()
+
+
+def test_workers_need_a_session_in_flight_each(tmp_path: Path) -> None:
+    """Two workers under ``max_in_flight = 1`` would each run a session, overlapping
+    requests the counters then count as exact: refused before anything starts."""
+    sc = scenario.load(CHAT, [*FAST, "driver.concurrency=4", "load.max_in_flight=1"])
+    with pytest.raises(UserError, match=r"expected load\.max_in_flight >= 2"):
+        replay.replay(sc, replay.ReplayOptions(runs_dir=tmp_path, progress=False, workers=2))
+    assert list(tmp_path.iterdir()) == []

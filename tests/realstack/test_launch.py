@@ -12,6 +12,13 @@ Both arms on replicas the user runs (issue 20), with one pair start of its own: 
 arm is a single-arm run (``replay --endpoints A,B --cache on``) against the shared ON
 pair, the OFF arm one against the OFF pair started last, and the two are merged as
 ``sessiongen report RUN_OFF RUN_ON`` would; external hits must show in the ON arm only.
+
+A trace on the same two pairs (issue 21), no start of its own: scenarios/traces/
+cpu-replay.toml (four three-turn sessions in the Mooncake shape, 256-token blocks that
+are LMCache's chunks, alternate placement, one session at a time) as a single-arm run on
+each, ON on the shared pair before the crash test stops it, OFF on the OFF pair: every
+later turn moves replica, and the pool serves exactly the blocks the trace says it
+shares with the turn before, ON only.
 """
 
 from __future__ import annotations
@@ -47,8 +54,8 @@ from sessiongen.launch.tinymodel import (
 )
 from sessiongen.records.merge import merge_runs
 from sessiongen.scenario.spec import ManagedSpec
+from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.textgen import default_generator
-from sessiongen.workload.tokenize import cl100k
 from tests.realstack.conftest import StartupClock
 from tests.support.paths import ROOT
 
@@ -263,11 +270,18 @@ def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
 
 
 SMOKE_CPU = ROOT / "scenarios/smoke-cpu.toml"
+#: A small Mooncake-style trace on the CPU pair (four three-turn sessions, 256-token blocks
+#: that are LMCache's chunks, alternate placement, one session at a time).
+CPU_TRACE = ROOT / "scenarios/traces/cpu-replay.toml"
+#: LMCache's chunk in these pairs (ManagedSpec's default, the trace's block_tokens).
+CHUNK = 256
+#: The chat template's tokens before the content: <|im_start|> user <|im_sep|>.
+CHAT_PREFIX = 3
 
 
-def replay_one_arm(urls: list[str], cache: str, runs: Path) -> Path:
-    """smoke-cpu's blocks of arm ``cache`` against given replicas, as a user runs them."""
-    sc = scenario_mod.load(SMOKE_CPU)
+def replay_one_arm(urls: list[str], cache: str, runs: Path, path: Path = SMOKE_CPU) -> Path:
+    """A scenario's blocks of arm ``cache`` against given replicas, as a user runs them."""
+    sc = scenario_mod.load(path)
     opts = replay.ReplayOptions(runs_dir=runs, endpoints=urls, cache=cache, progress=False)
     out = replay.replay(sc, opts)
     assert out.failed == 0, out.failure_summary()
@@ -295,6 +309,41 @@ def test_a_single_arm_on_run_on_the_pair_checks_its_arm(on_arm_run: Path) -> Non
         said = server["engine"]["kv_connector"]
         assert "vllm:external_prefix_cache_hits" in said["metrics"]
         assert said.get("configured", True) is True
+
+
+@pytest.fixture(scope="module")
+def trace_on_run(pair: ManagedPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace's ON arm on the shared pair (no pair start of its own)."""
+    return replay_one_arm(pair.urls, "on", tmp_path_factory.mktemp("trace-on"), CPU_TRACE)
+
+
+def trace_rows(run_dir: Path) -> pl.DataFrame:
+    """The measured requests of a trace run, in trace order."""
+    return analysis.load_run(run_dir).requests.sort("trace_line")
+
+
+def assert_pool_served_the_shared_blocks(rows: pl.DataFrame) -> None:
+    """Every later turn moved to the other replica, and the pool served the blocks the
+    trace says it shares with the turn before: all of them (whole chunks), beyond what
+    that replica held itself (the system prompt, or the session's first turn)."""
+    assert rows["trace_line"].to_list() == list(range(1, 13))
+    assert (rows["hit_source"] == "counters").all()  # one session at a time: exact
+    moved = rows.filter(pl.col("cross_replica") & (pl.col("trace_shared_tokens") > 0))
+    assert moved["turn"].to_list() == [2, 3] * 4
+    assert (moved["external_hit_tokens"] > 0).all(), moved
+    served = moved["local_hit_tokens"] + moved["external_hit_tokens"]
+    whole = moved["trace_shared_tokens"] // CHUNK * CHUNK
+    assert (served >= whole).all(), moved
+    # Nothing past the shared blocks: the next block starts with another token.
+    assert (served <= moved["trace_shared_tokens"] + CHAT_PREFIX).all(), moved
+    # The first session's turn 2 found the other replica empty: all of it from the pool.
+    assert moved["external_hit_tokens"][0] == moved["trace_shared_tokens"][0] == 3 * CHUNK
+    assert rows["cached_tokens"][0] == 0  # the trace's first request is cold
+
+
+@pytest.mark.pair_starts(1, work=0.5)
+def test_a_trace_on_the_pair_gets_its_shared_blocks_from_the_pool(trace_on_run: Path) -> None:
+    assert_pool_served_the_shared_blocks(trace_rows(trace_on_run))
 
 
 @pytest.mark.pair_starts(1)
@@ -346,16 +395,27 @@ def test_pair_up_status_down_cache_off(
     assert state.pair_status(tmp_path) == []
 
 
-@pytest.mark.pair_starts(2, work=1)
-def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
-    pair: ManagedPair, on_arm_run: Path, tiny_dir: Path, tmp_path: Path, startup: StartupClock
-) -> None:
-    """The OFF half on a pair without the connector, merged with the ON half."""
+@pytest.fixture(scope="module")
+def off_pair(
+    pair: ManagedPair,
+    tiny_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    startup: StartupClock,
+) -> Iterator[ManagedPair]:
+    """A cache-OFF pair (no connector) for the OFF halves, started after the ON pair stops."""
     pair.stop()  # stopped by the crash test already, unless run alone: one pair at a time
     spec = ManagedSpec(startup_timeout_s=startup.timeout_s())
-    (tmp_path / "logs").mkdir()
-    with ManagedPair(spec, MODEL, False, tmp_path / "logs", tiny_model_dir=tiny_dir) as off:
-        off_run = replay_one_arm(off.urls, "off", tmp_path / "runs")
+    logs = tmp_path_factory.mktemp("off-pair-logs")
+    with ManagedPair(spec, MODEL, False, logs, tiny_model_dir=tiny_dir) as off:
+        yield off
+
+
+@pytest.mark.pair_starts(2, work=1)
+def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
+    on_arm_run: Path, off_pair: ManagedPair, tmp_path: Path
+) -> None:
+    """The OFF half on a pair without the connector, merged with the ON half."""
+    off_run = replay_one_arm(off_pair.urls, "off", tmp_path / "runs")
     merged = merge_runs([off_run, on_arm_run], tmp_path / "merged")
     run = analysis.load_run(merged)
     assert [b["cache"] for b in run.meta.blocks] == ["off", "on", "on", "off"]
@@ -369,3 +429,30 @@ def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
     assert turn2["speedup"] > 1.0  # the pool served the move to the other replica
     cautions = report.read_cautions(report.write_report(merged).parent)
     assert cautions is not None and not any("Mislabeled" in p for p in cautions["problems"])
+
+
+@pytest.mark.pair_starts(2, work=1)
+def test_a_trace_off_the_pool_gets_no_external_hits(
+    trace_on_run: Path, off_pair: ManagedPair, tmp_path: Path
+) -> None:
+    """The trace's OFF arm on the OFF pair: no external hits at all, and the moved turns
+    find only what their replica held, short of the shared blocks the ON arm was served;
+    merged with the ON arm, the arms check out and the report renders."""
+    off_run = replay_one_arm(off_pair.urls, "off", tmp_path / "runs", CPU_TRACE)
+    off = trace_rows(off_run)
+    on = trace_rows(trace_on_run)
+    assert off["trace_line"].to_list() == list(range(1, 13))
+    assert (off["hit_source"] == "counters").all()
+    assert (off["external_hit_tokens"] == 0).all()
+    moved = pl.col("cross_replica") & (pl.col("trace_shared_tokens") > 0)
+    assert off.filter(moved)["turn"].to_list() == on.filter(moved)["turn"].to_list()
+    local = off.filter(moved)["local_hit_tokens"]
+    assert (local < off.filter(moved)["trace_shared_tokens"] // CHUNK * CHUNK).all(), off
+    assert on["trace_shared_tokens"].to_list() == off["trace_shared_tokens"].to_list()
+    merged = merge_runs([off_run, trace_on_run], tmp_path / "merged")
+    run = analysis.load_run(merged)
+    assert [b["cache"] for b in run.meta.blocks] == ["off", "on"]
+    check = analysis.arm_check(run)
+    assert check["status"].to_list() == ["ok"] * 2, check
+    text = report.write_report(merged).read_text()
+    assert "not exercised on a trace" in text and "PLANTED FAULT" not in text

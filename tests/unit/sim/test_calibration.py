@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import model
 from sessiongen.sim.output import word_ids
-from sessiongen.workload.tokenize import cl100k
+from sessiongen.text.tokenize import cl100k
 from tests.conftest import SimServers
 from tests.support.simreq import stream_facts
 from tests.support.study import (

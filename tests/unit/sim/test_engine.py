@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.workload.probes import NEEDLE_FACT, NEEDLE_QUESTION
+from sessiongen.text.probes import NEEDLE_FACT, NEEDLE_QUESTION
 from tests.conftest import SimServers
 from tests.support.simreq import stream_facts
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessiongen.sim.prompt import PromptTokenizer, segments
-from sessiongen.workload.tokenize import cl100k
+from sessiongen.text.tokenize import cl100k
 
 PIECES = [" the", " river", "The", ".", ",", "!", " 12345", "7", "\n", "\n\n", " ", "  ",
           "'s", " don't", " café", " 東京", "é", "-", " (x)", "\t", " a", "b", "ZZ",

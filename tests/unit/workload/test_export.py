@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from sessiongen import scenario
 from sessiongen.cli import cli
 from sessiongen.design.arrivals import arrival_offsets, think_times
+from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.export import BlockIds, write_mooncake
 from sessiongen.workload.sessions import SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import default_generator
-from sessiongen.workload.tokenize import cl100k
 from sessiongen.workload.trace import read_trace
 from sessiongen.workload.traceprompts import TracePrompts
 

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessiongen import scenario
-from sessiongen.workload import probes, sessions
-from sessiongen.workload.tokenize import cl100k
+from sessiongen.text import probes
+from sessiongen.text.tokenize import cl100k
+from sessiongen.workload import sessions
 
 ENC = cl100k()
 

@@ -10,8 +10,8 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.errors import ScenarioError
+from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.sessions import SessionBuilder, TurnRequest
-from sessiongen.workload.tokenize import cl100k
 from tests.support.paths import ROOT
 
 SMALL = ROOT / "scenarios/conversations/sharegpt-small.toml"

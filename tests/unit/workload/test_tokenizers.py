@@ -12,8 +12,9 @@ from sessiongen import scenario
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.process import start_sim
-from sessiongen.workload import probes, sessions, textgen
-from sessiongen.workload.tokenize import HFTokenizer, ServerTokenizer
+from sessiongen.text import probes
+from sessiongen.text.tokenize import HFTokenizer, ServerTokenizer
+from sessiongen.workload import sessions, textgen
 
 
 @functools.cache

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessiongen.errors import ScenarioError
+from sessiongen.text.tokenize import TiktokenTokenizer, cl100k
 from sessiongen.workload.textgen import TextGenerator, default_generator
-from sessiongen.workload.tokenize import TiktokenTokenizer, cl100k
 from sessiongen.workload.trace import TraceRequest
 from sessiongen.workload.traceprompts import TracePrompts
 

@@ -5,7 +5,7 @@ A needle is a fact planted in a session's context ("The access code of vault 41 
 with the number only."). The session builder plants and asks; the simulated replicas
 answer the way a healthy model would (:func:`answer_needle`); the runner grades the
 first number of an answer against the planted value (:func:`grade`). Keeping the
-phrasing here, once, is what lets all three agree.
+phrasing here, once, below the workload and the simulator, is what lets all three agree.
 """
 
 from __future__ import annotations
