@@ -167,7 +167,7 @@ def _unstable_note(unstable: pl.DataFrame, unit: str) -> Paragraph:
 def _why(row: dict[str, Any], unit: str) -> str:
     parts = []
     if row["ttft_growth"] is not None:
-        parts.append(f"TTFT +{row['ttft_growth']:.2f} {unit} per {unit} of arrivals")
+        parts.append(f"TTFT {row['ttft_growth']:+.2f} {unit} per {unit} of arrivals")
     if row["offered_turns_s"] is not None and row["throughput_turns_s"] is not None:
         parts.append(
             f"{row['throughput_turns_s']:.3g} of {row['offered_turns_s']:.3g} turns/{unit} served"
