@@ -7,11 +7,12 @@ clock, then prints per turn the median of the simulator's own modeled TTFT in ea
 the planner's difference from the first replay, and the first replay's from the
 second. Without arguments it runs the pressure test's configuration
 (tests/integration/test_load_sim.py): 6 sessions of 4k tokens in flight on 2 replicas
-whose KV caches hold about two sessions each. Where the two replays differ from each
-other as much as from the planner, the difference is the served replay's own (the
-wall-clock order of nearly simultaneous arrivals), not the planner's.
+whose KV caches hold about two sessions each. The replays state each request's
+modeled arrival (sessiongen.replay.modeled), so they should agree with each other and
+with the planner however busy the machine is; before they did, the wall clock's
+order of nearly simultaneous arrivals made two replays differ by up to 332% per turn.
 
-Prints, asserts nothing; the replays' figures depend on the machine's load.
+Prints, asserts nothing.
 """
 
 from __future__ import annotations

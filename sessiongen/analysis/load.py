@@ -24,6 +24,22 @@ concurrency of a closed loop or the session start rate of an open loop):
   that missed it is **not monotone** (``monotone`` false): its levels disagree more
   than their intervals allow, or the system really recovers under more load, and the
   report says so rather than reading a capacity off it.
+- **Stability** (scheduled arrivals: open loop, traces): ``ttft_growth`` is how fast
+  TTFT grows with the sessions' scheduled starts (``arrival_s``), seconds of TTFT per
+  second of arrivals: the difference between the median TTFT of the turns of the
+  last and the first third of sessions to start, over the difference of those thirds'
+  median starts. An arm that serves what is offered keeps it near zero (or below, as
+  caches warm); offered work ``rho`` times what the arm serves builds a backlog that a
+  session starting at ``a`` waits behind for about ``(rho - 1) a``. Above
+  :data:`MAX_GROWTH` (offered load more than about 5% above capacity) the arm is
+  **unstable** at that level (``stable`` false): its medians and tails grow with the
+  run's length and describe the run, not the system, so the report says so rather
+  than printing them as the arm's latency. Batching can spread an overload over every
+  request alike instead of queueing it, so an open loop of synthetic sessions is also
+  unstable where its throughput is below half the offered turn rate
+  (``offered_turns_s``: the level times the turns per session), far below what a
+  finite run's ramp and tail take off it. A closed loop (no scheduled starts) holds
+  at most its level in flight and is always stable (``ttft_growth`` null).
 - **Working set** of a block: at each request's send, the prompt tokens of the newest
   turn of every session that has started and not ended (distinct prefixes: sessions
   share none but a shared system prompt, counted once). Per replica: the sessions that
@@ -48,6 +64,12 @@ from sessiongen.records.run import Run
 
 #: The keys of one arm at one level.
 LEVEL_KEYS = ("placement", "cache", "context_tokens", "load_level")
+#: TTFT growth (seconds per second of the run) above which an arm is unstable at a level.
+MAX_GROWTH = 0.05
+#: Turns an arm needs at a level before its growth is estimated (three per third).
+MIN_GROWTH_TURNS = 9
+#: Throughput below this share of the offered turn rate marks an open loop unstable.
+MIN_SERVED_SHARE = 0.5
 
 
 def _with_level(run: Run) -> pl.DataFrame:
@@ -65,9 +87,32 @@ def _throughput(rows: pl.DataFrame) -> float | None:
     return float(spans["n"].sum()) / total if total > 0 else None
 
 
+def ttft_growth(ok: pl.DataFrame) -> float | None:
+    """TTFT growth with the scheduled starts of one arm's turns (see the module doc), or
+    None without starts, with fewer than :data:`MIN_GROWTH_TURNS` or no time between
+    the thirds."""
+    timed = ok.filter(pl.col("arrival_s").is_not_null())
+    if timed.height < MIN_GROWTH_TURNS:
+        return None
+    timed = timed.select(t=pl.col("arrival_s"), ttft=pl.col("ttft_s")).sort("t")
+    third = timed.height // 3
+    first, last = timed.head(third), timed.tail(third)
+    span = _median(last["t"]) - _median(first["t"])
+    if span <= 0:
+        return None
+    return (_median(last["ttft"]) - _median(first["ttft"])) / span
+
+
+def _median(values: pl.Series) -> float:
+    m = values.median()
+    return float(m) if isinstance(m, int | float) else 0.0
+
+
 def load_table(run: Run, ttft_s: float | None, attainment: float = 0.9) -> pl.DataFrame:
-    """Per arm and level: samples, p50 and p90 (early stopping), throughput, goodput."""
+    """Per arm and level: samples, p50 and p90 (early stopping), throughput, goodput,
+    whether it is stable (its TTFT does not grow over the run)."""
     rows: list[dict[str, Any]] = []
+    turns = _open_loop_turns(run)
     for key, sub in partition(_with_level(run), LEVEL_KEYS):
         ok = sub.filter((pl.col("status") == "ok") & pl.col("ttft_s").is_not_null())
         ttft = ok["ttft_s"].to_numpy().astype(np.float64)
@@ -83,6 +128,12 @@ def load_table(run: Run, ttft_s: float | None, attainment: float = 0.9) -> pl.Da
             "median_queue_s": ok["queue_s"].median(),
             "throughput_turns_s": _throughput(sub),
         }
+        growth = ttft_growth(ok)
+        offered = None if turns is None else float(key["load_level"]) * turns
+        served = row["throughput_turns_s"]
+        short = offered is not None and served is not None and served < MIN_SERVED_SHARE * offered
+        row["ttft_growth"], row["offered_turns_s"] = growth, offered
+        row["stable"] = (growth is None or growth <= MAX_GROWTH) and not short
         row.update(_goodput(sub, ttft_s, attainment))
         rows.append(row)
     return pl.DataFrame(rows, schema_overrides=_LOAD_SCHEMA, infer_schema_length=None)
@@ -100,6 +151,9 @@ _LOAD_SCHEMA: dict[str, pl.DataType] = {
     "good_units": pl.Int64(),
     "meets": pl.Boolean(),
     "p90_effective_n": pl.Float64(),
+    "ttft_growth": pl.Float64(),
+    "offered_turns_s": pl.Float64(),
+    "stable": pl.Boolean(),
 }
 #: Goodput columns (all null without an objective).
 GOODPUT_COLUMNS = (
@@ -110,6 +164,17 @@ GOODPUT_COLUMNS = (
     "good_units",
     "meets",
 )
+
+
+def _open_loop_turns(run: Run) -> int | None:
+    """Turns per session of an open loop of synthetic sessions (None: closed, trace)."""
+    sc = run.meta.scenario
+    arrival = (sc.get("load") or {}).get("arrival", "closed")
+    sessions = sc.get("sessions") or {}
+    turns = sessions.get("turns")
+    if arrival == "closed" or sessions.get("source", "synthetic") == "trace":
+        return None
+    return turns if isinstance(turns, int) and turns > 0 else None
 
 
 def _goodput(sub: pl.DataFrame, ttft_s: float | None, attainment: float) -> dict[str, Any]:

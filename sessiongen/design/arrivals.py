@@ -66,3 +66,10 @@ def think_times(sessions: SessionsSpec, session_index: int, seed: int) -> list[f
             sigma = sessions.think_sigma
             pauses = rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma, turns - 1)
     return [0.0, *pauses.tolist()]
+
+
+#: Closed-loop sessions of a block start this far apart (modeled seconds), in order:
+#: never in the same instant, so the first to reach an idle replica starts a step alone
+#: and the others join the next one, as in vLLM. The planner and a replay that states
+#: its modeled arrivals (:mod:`sessiongen.replay.modeled`) both follow it.
+START_STAGGER_S = 1e-6

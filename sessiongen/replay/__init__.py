@@ -6,6 +6,8 @@ The run's design (its blocks, arrivals, think times and client placements) is
 
 - :mod:`.routing`: where each turn goes (a replica, or a router) and which replica served it;
 - :mod:`.runner`: one block's sessions, turn by turn, into request records;
+- :mod:`.modeled`: on one simulated engine, each request states its modeled arrival, so
+  that a replay reproduces itself however busy the machine is;
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
 - :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`);
   its plan without running it (:func:`dry_run`).

@@ -244,6 +244,7 @@ class _Replay:
             emit=self.on_record,
             gateway=gateway,
             served_by=self.target.served_by,
+            modeled_arrivals=self.target.simulated and self.opts.workers <= 1,
         )
         try:
             await self.snapshot_all(ctx, "before")

@@ -137,8 +137,11 @@ async def _snapshots(ctx: Route, urls: Sequence[str]) -> list[counters.Snapshot 
     return list(await asyncio.gather(*(counters.snapshot(http, url) for url in urls)))
 
 
-async def send(ctx: Route, req: TurnRequest) -> tuple[Result, Served]:
-    """Send one turn where its block's placement says, measure it, and find its replica."""
+async def send(
+    ctx: Route, req: TurnRequest, *, headers: dict[str, str] | None = None
+) -> tuple[Result, Served]:
+    """Send one turn where its block's placement says, measure it, and find its replica
+    (``headers``: extra request headers, for placements the client picks)."""
     sc = ctx.scenario
     placement = ctx.plan.placement
     timeout_s = sc.driver.request_timeout_s
@@ -147,7 +150,9 @@ async def send(ctx: Route, req: TurnRequest) -> tuple[Result, Served]:
         url = ctx.urls[replica]
         http = ctx.client.http
         before = await counters.snapshot(http, url) if ctx.exact_counters else None
-        res = await ctx.client.send(url + ctx.api_path, req.body_parts(sc), timeout_s=timeout_s)
+        res = await ctx.client.send(
+            url + ctx.api_path, req.body_parts(sc), timeout_s=timeout_s, headers=headers
+        )
         after = await counters.snapshot(http, url) if ctx.exact_counters else None
         return res, Served(replica, "placement", before, after)
     if ctx.gateway is None:

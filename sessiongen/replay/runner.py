@@ -9,6 +9,7 @@ request's :class:`~sessiongen.records.format.RequestRecord` to its ``emit`` call
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ from dataclasses import dataclass
 from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
+from sessiongen.design.arrivals import START_STAGGER_S
 from sessiongen.design.blocks import BlockPlan
 from sessiongen.records.format import RequestRecord
-from sessiongen.replay import routing
+from sessiongen.replay import modeled, routing
+from sessiongen.replay.modeled import ModeledClock
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy
 from sessiongen.text.probes import grade
@@ -42,6 +45,9 @@ class BlockContext:
     emit: Emit
     gateway: str | None = None  # routed placements: where every turn goes
     served_by: ServedBy = ServedBy()  # how responses name the replica that served them
+    # State modeled arrivals where the replicas share one simulated clock (the block's
+    # sessions all run on this loop: :mod:`sessiongen.replay.modeled`).
+    modeled_arrivals: bool = False
 
     @property
     def api_path(self) -> str:
@@ -185,6 +191,62 @@ def _server_ttft_s(res: Result) -> float | None:
     return _server_fact_s(res, "modeled_ttft_s")
 
 
+async def run_session_modeled(
+    ctx: BlockContext,
+    session: Session,
+    slots: asyncio.Queue[float],
+    clock: ModeledClock,
+    ready_s: float,
+    offset_s: float | None,
+) -> None:
+    """:func:`run_session` on the simulator's modeled clock (:mod:`.modeled`): each turn
+    states its modeled arrival, which is ready time or freed slot, then the previous
+    turn's modeled end plus the pause."""
+    sc = ctx.scenario
+    scale = ctx.time_scale
+    pauses = session.pauses()
+    await clock.sleep_to_send(ready_s)
+    freed = await slots.get()
+    at = max(ready_s, freed)
+    queue_s = (at - ready_s) * scale
+    answers: list[str] = []
+    prev: int | None = None
+    try:
+        for turn in range(1, session.turns + 1):
+            if turn > 1:
+                at += pauses[turn - 1]
+            await clock.sleep_to_send(at)
+            req = session.request(turn, answers if sc.sessions.history == "live" else None)
+            res, served = await routing.send(ctx, req, headers=modeled.header(at))
+            modeled.measure_from(res, clock.wall_ns(at))
+            ctx.emit(
+                record_of(
+                    ctx,
+                    req,
+                    res,
+                    replica=served.replica,
+                    cross_replica=routing.moved(turn, prev, served.replica),
+                    warmup=False,
+                    queue_s=queue_s,
+                    before=served.before,
+                    after=served.after,
+                    arrival_s=None if offset_s is None else offset_s * scale,
+                    think_s=pauses[turn - 1] * scale,
+                    replica_source=served.source,
+                )
+            )
+            queue_s = 0.0
+            end = modeled.modeled_end(res)
+            if not res.ok or end is None:
+                at = clock.modeled_at(time.perf_counter_ns())
+                return
+            at = end
+            answers.append(res.text)
+            prev = served.replica
+    finally:
+        slots.put_nowait(at)
+
+
 async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result:
     """Send one request to ``replica`` and measure it."""
     return await ctx.client.send(
@@ -261,8 +323,31 @@ async def run_sessions(
     :func:`~.arrivals.arrival_offsets`, indexed by the session's place in the scenario so
     a worker process running some of them keeps their times; a trace's sessions start
     at their first timestamps)."""
-    sem = asyncio.Semaphore(concurrency or ctx.concurrency)
     offsets = sessions[0].builder.starts(ctx.plan.level) if sessions else None
+    limit = concurrency or ctx.concurrency
+    clock = None
+    if ctx.modeled_arrivals and ctx.gateway is None:
+        clock = await modeled.read_clock(ctx.client.http, ctx.urls, ctx.time_scale)
+    if clock is not None:
+        slots: asyncio.Queue[float] = asyncio.Queue()
+        for _ in range(limit):
+            slots.put_nowait(-math.inf)
+        start = clock.start_s
+        await asyncio.gather(
+            *(
+                run_session_modeled(
+                    ctx,
+                    s,
+                    slots,
+                    clock,
+                    start + (i * START_STAGGER_S if offsets is None else offsets[s.index]),
+                    None if offsets is None else offsets[s.index],
+                )
+                for i, s in enumerate(sessions)
+            )
+        )
+        return
+    sem = asyncio.Semaphore(limit)
     start_ns = time.perf_counter_ns()
     await asyncio.gather(
         *(

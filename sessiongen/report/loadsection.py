@@ -3,7 +3,10 @@
 Shown when a run swept load levels, used open-loop arrivals or set an objective: per
 placement, the pool's gain in whole-session time at each level, goodput OFF and ON, and
 the load each arm sustains within the objective; then saturation curves, goodput, the
-full table, working sets against capacities, and reuse distances.
+full table, working sets against capacities, and reuse distances. Arms whose TTFT grows
+over the run at a level (offered load above what they serve: ``stable`` false in
+:func:`~sessiongen.analysis.load.load_table`) are named as unstable first, and their
+medians, tails and gains at that level are left blank: they measure the run's length.
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
                 "p90 is MLPerf's early-stopping estimate on the effective sample size."
             )
         )
+    unstable = table.filter(~pl.col("stable"))
+    if unstable.height:
+        out.append(_unstable_note(unstable, unit))
+        gains = _blank_unstable(gains, unstable)
     out.append(Table(gains))
     if ttft_s is not None:
         sustained = load.sustained_load(table, attainment)
@@ -132,13 +139,69 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
         out.append(Image(save_png_svg(fig, out_dir, "goodput")[0], "goodput against load"))
     out += [
         Heading("Per arm and level", 3),
-        Table(table.drop("p90_ttft_s")),
+        Table(_blank_unstable_rows(table.drop("p90_ttft_s"))),
         Heading("Working set against capacity", 3),
         _working_set(run),
         Heading("Reuse distance and where hits came from", 3),
         Table(load.reuse_summary(run), max_rows=80),
     ]
     return out
+
+
+def _unstable_note(unstable: pl.DataFrame, unit: str) -> Paragraph:
+    """Which arms are unstable at which levels, and what that means for their figures."""
+    cells = ", ".join(
+        f"{r['placement']}/{r['cache']} at {r['load_level']:g} ({_why(r, unit)})"
+        for r in unstable.sort(*load.LEVEL_KEYS).iter_rows(named=True)
+    )
+    return Paragraph(
+        f"Unstable: {cells}. Offered load there exceeds what the arm serves: its queue "
+        f"grows over the run (TTFT growing faster than {load.MAX_GROWTH:g} {unit} per "
+        f"{unit} of arrivals, or fewer than {load.MIN_SERVED_SHARE:.0%} of the offered "
+        "turns served per second), so its medians, tails and the pool's gain depend on "
+        "how long the run was, and are left blank below. Compare arms at levels where "
+        "both are stable, or read the growth as how far over capacity the load is."
+    )
+
+
+def _why(row: dict[str, Any], unit: str) -> str:
+    parts = []
+    if row["ttft_growth"] is not None:
+        parts.append(f"TTFT {row['ttft_growth']:+.2f} {unit} per {unit} of arrivals")
+    if row["offered_turns_s"] is not None and row["throughput_turns_s"] is not None:
+        parts.append(
+            f"{row['throughput_turns_s']:.3g} of {row['offered_turns_s']:.3g} turns/{unit} served"
+        )
+    return "; ".join(parts)
+
+
+_LEVEL_FIGURES = ("p50_ttft_s", "p90_note", "median_queue_s")
+_GAIN_FIGURES = ("session_gain", "gain_ci_low", "gain_ci_high", "p90_off_s", "p90_on_s")
+
+
+def _blank_unstable_rows(table: pl.DataFrame) -> pl.DataFrame:
+    """The per-arm table with the run-length-dependent figures of unstable rows nulled."""
+    keep = pl.col("stable")
+    return table.with_columns(
+        pl.when(keep).then(pl.col(c)).otherwise(None).alias(c)
+        for c in _LEVEL_FIGURES
+        if c in table.columns
+    )
+
+
+def _blank_unstable(gains: pl.DataFrame, unstable: pl.DataFrame) -> pl.DataFrame:
+    """The gain table with a ``stable`` column, gains and tails of unstable cells nulled
+    (a cell is unstable when either arm is)."""
+    if gains.is_empty():
+        return gains
+    keys = ["placement", "context_tokens", "load_level"]
+    bad = unstable.select(keys).unique().with_columns(pl.lit(False).alias("stable"))
+    marked = gains.join(bad, on=keys, how="left").with_columns(pl.col("stable").fill_null(True))
+    return marked.with_columns(
+        pl.when(pl.col("stable")).then(pl.col(c)).otherwise(None).alias(c)
+        for c in _GAIN_FIGURES
+        if c in marked.columns
+    )
 
 
 def _working_set(run: Run) -> Table:

@@ -71,7 +71,14 @@ class Served:
     handler.
     """
 
-    def __init__(self, world: World, replica: int, job: Job, arrival: float) -> None:
+    def __init__(
+        self,
+        world: World,
+        replica: int,
+        job: Job,
+        arrival: float,
+        modeled_arrival: float | None = None,
+    ) -> None:
         self.world = world
         self.replica = replica
         self.job = job
@@ -85,7 +92,7 @@ class Served:
             output_tokens=job.output_tokens,
             keys=job.local_keys,
             pool_keys=job.keys.pool.keys.tolist(),
-            arrival=world.modeled(arrival),
+            arrival=world.modeled(arrival) if modeled_arrival is None else modeled_arrival,
             tag=self,
         )
 
@@ -265,9 +272,15 @@ class World:
         )
         return out, job.keys.local.extend(out.ids).keys
 
-    def submit(self, job: Job, replica: int, arrival: float) -> Served:
-        """Hand a prepared request to the engine (arrival: loop time at handler entry)."""
-        served = Served(self, replica, job, arrival)
+    def submit(
+        self, job: Job, replica: int, arrival: float, modeled_arrival: float | None = None
+    ) -> Served:
+        """Hand a prepared request to the engine (arrival: loop time at handler entry).
+
+        ``modeled_arrival`` (modeled seconds), where the client states it, is the
+        request's arrival instead of the handler's entry on the wall clock.
+        """
+        served = Served(self, replica, job, arrival, modeled_arrival)
         self.cluster.submit(served.sim, replica)
         self._ensure_driver()
         if self._wake is not None and not self._wake.done():

@@ -16,12 +16,23 @@ wall seconds).
 
 A client that goes away aborts its request in the engine (its KV blocks are freed), as
 vLLM does.
+
+Modeled arrivals: a request with an ``X-Sim-Arrival-S`` header arrives at that modeled
+time (seconds on the engine's clock, which ``GET /sim/config`` reports as
+``modeled_now_s``, with ``clock`` naming the engine), not at its handler's entry on the
+wall clock, so the engine sees arrivals in the order and at the times the client
+modeled, however the machine's load delays the requests. A client sends such a request
+ahead of its time; one that comes after the engine has passed its time joins the next
+step, and its ``arrival_late_s`` fact says by how much. Responses carry the absolute
+``modeled_arrival_s`` and ``modeled_end_s``, from which a client models the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
 import time
 from typing import Any
 
@@ -33,7 +44,14 @@ from sessiongen import __version__
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.engine import Job, Replica, Served, World
 from sessiongen.sim.output import Output
-from sessiongen.sim.wire import Api, BadRequest, Responder, error_body, parse_generation
+from sessiongen.sim.wire import (
+    ARRIVAL_HEADER,
+    Api,
+    BadRequest,
+    Responder,
+    error_body,
+    parse_generation,
+)
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -95,11 +113,15 @@ def _sse(obj: Any) -> bytes:
 class _Generation:
     """One generation request on one replica, from arrival to the last token."""
 
-    def __init__(self, replica: Replica, job: Job, arrival: float) -> None:
+    def __init__(
+        self, replica: Replica, job: Job, arrival: float, modeled_arrival: float | None = None
+    ) -> None:
         self.replica = replica
         self.world = replica.world
         self.job = job
-        self.arrival = arrival
+        self.arrival = arrival  # loop time at the handler's entry
+        self.modeled_arrival = modeled_arrival  # the client's, where it said one
+        self.arrival_late_s = 0.0
         self.prepared_at = asyncio.get_running_loop().time()
         self.responder = Responder(job.req, replica.world.model_name)
         self.time_scale = self.world.time_scale
@@ -115,7 +137,11 @@ class _Generation:
         step ahead of it). An output that depends on the pool hit (a planted fault) is
         generated once the request is admitted, while its prefill is modeled."""
         world = self.world
-        served = self._served = world.submit(self.job, self.replica.index, self.arrival)
+        stated = self.modeled_arrival
+        if stated is not None:
+            self.arrival_late_s = max(0.0, world.cluster.now - stated)
+        served = world.submit(self.job, self.replica.index, self.arrival, stated)
+        self._served = served
         await served.admitted
         loop = asyncio.get_running_loop()
         ready = self.job.output
@@ -132,6 +158,13 @@ class _Generation:
             _warn_late(world, self.replica.index, late, self.prepared_at - self.arrival)
         return out
 
+    @property
+    def due(self) -> float:
+        """Loop time of the request's arrival: the stated modeled one, else the entry."""
+        if self.modeled_arrival is None:
+            return self.arrival
+        return self.world.wall(self.modeled_arrival)
+
     def abort(self) -> None:
         if self._served is not None:
             self.world.abort(self._served)
@@ -139,16 +172,21 @@ class _Generation:
     def extra(self, first_byte_at: float | None) -> dict[str, Any]:
         """The simulator's own account of this request (modeled and wall seconds)."""
         served = self.served
-        target = self.world.wall(served.token_times[0]) - self.arrival
+        due = self.due
+        target = self.world.wall(served.token_times[0]) - due
         facts = served.facts()
         facts.update(
             time_scale=self.time_scale,
             own_work_s=self.prepared_at - self.arrival,
             target_ttft_s=target,
+            modeled_arrival_s=served.sim.arrival,
+            arrival_late_s=self.arrival_late_s,
         )
+        if len(served.token_times) == served.sim.output_tokens:
+            facts["modeled_end_s"] = served.token_times[-1]
         if first_byte_at is not None:
-            facts["wall_ttft_s"] = first_byte_at - self.arrival
-            facts["late_s"] = first_byte_at - self.arrival - target
+            facts["wall_ttft_s"] = first_byte_at - due
+            facts["late_s"] = first_byte_at - due - target
         return facts
 
     def usage(self, out: Output) -> dict[str, Any]:
@@ -257,11 +295,26 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     replica = request.app[REPLICA]
     raw = await request.read()
     try:
+        stated = _stated_arrival(request)
         job = await loop.run_in_executor(None, replica.world.prepare, raw, api)
     except BadRequest as exc:
         return bad_request(exc)
-    gen = _Generation(replica, job, arrival)
+    gen = _Generation(replica, job, arrival, stated)
     return await gen.stream(request) if job.req.stream else await gen.whole()
+
+
+def _stated_arrival(request: web.Request) -> float | None:
+    """The modeled arrival the client states (``X-Sim-Arrival-S``), if any."""
+    raw = request.headers.get(ARRIVAL_HEADER)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise BadRequest(f"{ARRIVAL_HEADER} must be a number of modeled seconds >= 0")
+    return value
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -389,7 +442,9 @@ async def sim_config(request: web.Request) -> web.Response:
         except BadRequest as exc:
             return bad_request(exc)
         world.configure(shared, float(scale) if scale is not None else None)
-    return _json(world.config())
+    now = world.modeled(asyncio.get_running_loop().time())
+    clock = f"{os.getpid()}-{id(world)}"
+    return _json({**world.config(), "modeled_now_s": max(now, 0.0), "clock": clock})
 
 
 async def _stop_world(app: web.Application) -> None:

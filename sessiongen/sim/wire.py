@@ -21,6 +21,9 @@ from sessiongen.sim.output import Output, token_bytes, token_text
 
 Api = Literal["chat", "completions"]
 MAX_TOP_LOGPROBS = 20
+#: The simulator's own request header: the request's modeled arrival (seconds on the
+#: engine's clock), stated by a client that models it (see :mod:`sessiongen.sim.server`).
+ARRIVAL_HEADER = "X-Sim-Arrival-S"
 
 
 class BadRequest(Exception):

@@ -4,9 +4,9 @@ Each shipped scenario that runs on the simulator is replayed on the served simul
 (made smaller and faster: fewer sessions, a small time scale) and planned on the
 virtual clock; per turn, the median of the simulator's own modeled TTFT must agree
 within 2%. The scenarios are run where their requests do not contend (one session at
-a time; open-loop arrivals too sparse to overlap): under contention the served
-replay's order of nearly simultaneous arrivals follows the wall clock, so two served
-replays differ from each other there (bench/plan_agreement.py measures how much).
+a time; open-loop arrivals too sparse to overlap), to keep them fast; under contention
+the served replay states its modeled arrivals (sessiongen.replay.modeled), and
+test_served_reproduces.py checks two served replays and the planner agree there.
 
 The session gain is one figure in both: the planner's what-if table and replay's
 report compute it the same way, so on one scenario they differ by no more than the

@@ -183,3 +183,54 @@ def test_levels_apart_keeps_each_level_its_own_arm() -> None:
     assert medians == {"fixed @ 1": 1.0, "fixed @ 8": 9.0}
     single = make_run(level_rows(4.0, "off", [2.0] * 3))
     assert single.levels_apart() is single
+
+
+def _queue_rows(level: float, cache: str, growth: float, n: int = 60) -> list[dict[str, Any]]:
+    """Sessions scheduled to start once a second whose TTFT grows ``growth`` seconds per
+    second of arrivals (a backlog over capacity) above a noisy base (seeded)."""
+    rng = np.random.default_rng(7)
+    base = rng.uniform(0.2, 0.4, size=n)
+    rows = level_rows(level, cache, [float(b + growth * i) for i, b in enumerate(base)])
+    return [{**r, "arrival_s": r["send_s"]} for r in rows]
+
+
+def test_growing_backlog_is_unstable_and_steady_load_is_not() -> None:
+    rows = _queue_rows(4.0, "off", 0.5) + _queue_rows(1.0, "off", 0.0)
+    table = load.load_table(make_run(rows), ttft_s=None).sort("load_level")
+    steady, growing = table.to_dicts()
+    assert growing["ttft_growth"] == pytest.approx(0.5, abs=0.02)
+    assert not growing["stable"]
+    assert abs(steady["ttft_growth"]) < 0.01 and steady["stable"]
+
+
+def test_growth_follows_scheduled_starts_not_sends() -> None:
+    # Backlogged sessions all start in 10 s; their turns are sent over 600 s as the
+    # backlog drains, so against send times TTFT would barely move (1.2 s per 10 s
+    # sent, 0.002 per second), against the starts it grows by 0.12 per second.
+    rows = [
+        {**r, "arrival_s": i / 6, "send_s": 10.0 * i, "ttft_s": 0.3 + 0.02 * i}
+        for i, r in enumerate(_queue_rows(2.0, "off", 0.0))
+    ]
+    [row] = load.load_table(make_run(rows), ttft_s=None).to_dicts()
+    assert row["ttft_growth"] == pytest.approx(0.12, abs=0.01) and not row["stable"]
+
+
+def test_closed_loop_and_few_turns_say_nothing_about_growth() -> None:
+    closed = [{**r, "arrival_s": None} for r in _queue_rows(1.0, "off", 1.0)]
+    few = _queue_rows(2.0, "off", 1.0, 8)
+    for rows in (closed, few):
+        [row] = load.load_table(make_run(rows), ttft_s=None).to_dicts()
+        assert row["ttft_growth"] is None and row["stable"]
+
+
+def test_open_loop_serving_under_half_the_offered_turns_is_unstable() -> None:
+    # Steady TTFT (batching slows everyone alike), but 60 turns over 60 s against an
+    # offered 2 sessions/s x 3 turns = 6 turns/s: throughput 1/6 of the offer.
+    rows = _queue_rows(2.0, "off", 0.0)
+    scenario = {"load": {"arrival": "poisson"}, "sessions": {"turns": 3}}
+    meta = RunMeta.from_manifest({"run_id": "x", "scenario": scenario})
+    run = make_run(rows)
+    [row] = load.load_table(Run(run.path, meta, run.requests), ttft_s=None).to_dicts()
+    assert row["offered_turns_s"] == 6.0 and not row["stable"]
+    [closed] = load.load_table(run, ttft_s=None).to_dicts()
+    assert closed["offered_turns_s"] is None and closed["stable"]
