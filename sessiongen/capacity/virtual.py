@@ -54,6 +54,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.capacity.routers import MODELED, RouterModel
+from sessiongen.design.arrivals import START_STAGGER_S
 from sessiongen.design.blocks import BlockPlan, plan_blocks
 from sessiongen.design.placement import replica_for
 from sessiongen.errors import ScenarioError
@@ -81,11 +82,6 @@ Tokens = Literal["auto", "exact", "shape"]
 
 #: ``tokens = "auto"`` prepares every prompt exactly up to this many sessions per block.
 EXACT_SESSIONS = 256
-
-#: Closed-loop sessions start this far apart (modeled seconds), in order: replay's client
-#: sends them one after another, never in the same instant, so the first to reach an
-#: idle replica starts a step alone and the others join the next one, as in vLLM.
-START_STAGGER_S = 1e-6
 
 #: Seed of the synthetic system prompt every shaped session shares (session seeds are
 #: their indexes, far below it).
