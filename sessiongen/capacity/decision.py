@@ -14,7 +14,11 @@
 - **Verdict** (:func:`verdict`): "pays" when the whole 95% interval of the gain lies at
   or above the threshold, "does not pay" when wholly below, "undecided" when it
   straddles it (each side a one-sided test at 2.5%, as :func:`sessiongen.analysis.stats.
-  decide_ratio` reads an interval).
+  decide_ratio` reads an interval). Where either cache arm is **unstable** at the
+  cell's level (:func:`sessiongen.analysis.load.load_table`'s ``stable`` on the
+  replicates' records pooled, :func:`arm_stability`), its queue grows with the run and
+  the gain depends on the run's length: the verdict is "unstable (OFF queue grows)"
+  (or ON, or both) instead, whatever the interval says.
 - **Bisection** (:func:`bisect`): where a verdict changes along one numeric key, on a
   function assumed monotone there: first the last value with the low end's verdict,
   then (when an undecided region lies between) the first with the high end's, each
@@ -32,6 +36,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from sessiongen.analysis.load import LEVEL_KEYS, load_table
 from sessiongen.analysis.stats import MIN_SESSIONS
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml
@@ -40,6 +45,12 @@ from sessiongen.scenario.spec import Scenario
 
 Verdict = Literal["pays", "does not pay", "undecided"]
 VERDICTS: tuple[Verdict, ...] = ("does not pay", "undecided", "pays")
+#: The verdict of a cell whose OFF, ON or both arms are unstable (module doc).
+UNSTABLE_VERDICTS = {
+    (False, True): "unstable (OFF queue grows)",
+    (True, False): "unstable (ON queue grows)",
+    (False, False): "unstable (both queues grow)",
+}
 #: The default threshold of ``--pays-at``: a 10% shorter session.
 DEFAULT_PAYS_AT = 1.1
 #: The default ``--seeds``: three replicates per configuration (a plan of the CI's
@@ -107,26 +118,60 @@ def _toml(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def pooled(runs: Sequence[Run]) -> Run:
-    """The replicates' requests as one run, units (replicate, session) (module doc)."""
-    frames = [
-        run.requests.with_columns(
+def pooled(runs: Sequence[Run], *, blocks_apart: bool = False) -> Run:
+    """The replicates' requests as one run, units (replicate, session) (module doc);
+    with ``blocks_apart``, replicate ``k``'s blocks numbered ``k * STRIDE + block`` (one
+    block's span is then one replicate's, as a throughput needs)."""
+    frames = []
+    for k, run in enumerate(runs):
+        frame = run.requests.with_columns(
             (pl.col("session_index") + k * STRIDE).alias("session_index"),
             (pl.lit(f"r{k}:") + pl.col("session_id").cast(pl.String)).alias("session_id"),
         )
-        for k, run in enumerate(runs)
-    ]
+        if blocks_apart:
+            frame = frame.with_columns((pl.col("block").cast(pl.Int64) + k * STRIDE).alias("block"))
+        frames.append(frame)
     return replace(runs[0], requests=pl.concat(frames, how="diagonal_relaxed"))
+
+
+#: The keys of a what-if cell (a cache arm's are these and ``cache``).
+CELL = [k for k in LEVEL_KEYS if k != "cache"]
+
+
+def arm_stability(runs: Sequence[Run]) -> pl.DataFrame:
+    """Per cell (placement, context, level): ``stable_off`` / ``stable_on`` and
+    ``ttft_growth_off`` / ``ttft_growth_on``, the replay's load table's ``stable`` and
+    ``ttft_growth`` (:func:`sessiongen.analysis.load.load_table`, its definition
+    unchanged) on the replicates' records pooled, each replicate's blocks apart."""
+    table = load_table(pooled(runs, blocks_apart=True), None)
+    out = table.select(*CELL).unique()
+    for cache in ("off", "on"):
+        arm = table.filter(pl.col("cache") == cache).select(
+            *CELL,
+            pl.col("stable").alias(f"stable_{cache}"),
+            pl.col("ttft_growth").alias(f"ttft_growth_{cache}"),
+        )
+        out = out.join(arm, on=CELL, how="left", nulls_equal=True)
+    return out.sort(CELL)
+
+
+def unstable_verdict(stable_off: bool | None, stable_on: bool | None) -> str | None:
+    """The verdict of a cell with an unstable arm (None: both stable, or not known)."""
+    return UNSTABLE_VERDICTS.get((stable_off is not False, stable_on is not False))
 
 
 def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
     """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain;
     "undecided" below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled sessions,
-    where the interval covers far less than it says (more ``--seeds`` decide)."""
+    where the interval covers far less than it says (more ``--seeds`` decide); an
+    unstable verdict where ``stable_off`` or ``stable_on`` is false (module doc)."""
     verdicts = [
-        verdict(r["session_gain_low"], r["session_gain_high"], pays_at)
-        if (r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS
-        else "undecided"
+        unstable_verdict(r.get("stable_off"), r.get("stable_on"))
+        or (
+            verdict(r["session_gain_low"], r["session_gain_high"], pays_at)
+            if (r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS
+            else "undecided"
+        )
         for r in whatif.iter_rows(named=True)
     ]
     return whatif.with_columns(

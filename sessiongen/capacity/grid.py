@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessiongen.analysis.latency import SESSION_GAIN
+from sessiongen.analysis.load import MAX_GROWTH, MIN_SERVED_SHARE
 from sessiongen.errors import UserError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.scenario.spec import load as load_scenario
@@ -38,7 +39,17 @@ WHATIF_COLUMNS = {
     "parameters ([[fit.draw]] in the profile file; 0 when it carries none)",
     "pays_at": "the threshold of --pays-at the verdict reads the session gain against",
     "verdict": "pays (the session gain's whole interval >= pays_at), does not pay (wholly "
-    "below), undecided (the interval straddles it)",
+    "below), undecided (the interval straddles it); unstable (OFF, ON or both queues grow) "
+    "where an arm is unstable, whatever the interval",
+    "stable_off": "pool off keeps up with the offered load at this level: its TTFT grows at "
+    f"most {MAX_GROWTH:g} s per second of scheduled session starts, and an open loop serves "
+    f"at least {MIN_SERVED_SHARE:g} of its offered turns (the replay's load table, every "
+    "replicate pooled; a closed loop always is)",
+    "stable_on": "the same, pool on",
+    "ttft_growth_off": "pool off: TTFT growth with the sessions' scheduled starts, s per s "
+    "(median TTFT of the last third of sessions to start minus the first's, over their "
+    "starts' distance; null without scheduled starts)",
+    "ttft_growth_on": "the same, pool on",
     "ttft_sum_gain": "the same ratio of the whole-session TTFT sum (prefill and queueing "
     "only, the part the pool shortens; no decode)",
     "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",

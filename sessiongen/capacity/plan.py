@@ -21,7 +21,8 @@ Each configuration runs ``seeds`` times (replicate ``k``: the scenario's seed pl
 ``k``, and a bootstrap draw of the profile's parameters when its file carries them; its
 run folder ``configs/NN-<label>.rK``), and its what-if row pools the replicates'
 sessions (:mod:`.decision`): the gains come with 95% intervals whose unit is a session,
-and a verdict against ``pays_at`` (pays / does not pay / undecided).
+and a verdict against ``pays_at`` (pays / does not pay / undecided, or unstable where
+either cache arm's queue grows with the run at the cell's load level).
 
 The (configuration, replicate) tasks run in parallel (:mod:`.sweep`: this machine's
 cores by default, or a Ray cluster), each seeded by its own scenario, so the tables are
@@ -45,6 +46,7 @@ from sessiongen.analysis.stats import clustered_share
 from sessiongen.capacity.decision import (
     DEFAULT_PAYS_AT,
     DEFAULT_SEEDS,
+    arm_stability,
     pooled,
     profile_draws,
     replicate_sets,
@@ -181,6 +183,7 @@ def run_grid(
             pl.col("session_gain").max().alias("session_gain_seed_max"),
         )
         row = whatif_rows(run).join(spread, on=ARM, how="left", nulls_equal=True)
+        row = row.join(arm_stability(runs), on=ARM, how="left", nulls_equal=True)
         drawn = seeds - 1 if draws else 0
         rows.append(
             row.with_columns(

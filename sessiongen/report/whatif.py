@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from sessiongen.analysis.load import MAX_GROWTH, MIN_SERVED_SHARE
 from sessiongen.capacity.grid import Config, Vary, describe_columns, level_name
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
@@ -205,6 +206,8 @@ def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
         "local_hit_rate_on",
         "pool_hit_rate_on",
         "queue_p90_on_s",
+        "stable_off",
+        "stable_on",
         "verdict",
     ]
     frame = whatif.select([c for c in keep if c in whatif.columns])
@@ -223,7 +226,9 @@ def _with_interval(value: Any, low: Any, high: Any) -> str:
 
 def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
     """The decision: per configuration and arm, the gains and goodput with their 95%
-    intervals as text, and the verdict against the row's ``pays_at``."""
+    intervals as text, and the verdict against the row's ``pays_at``; the gains of a
+    cell with an unstable arm marked :data:`UNSTABLE_MARK` (they depend on the run's
+    length)."""
     rows = []
     goodput = "good_turns_on" in whatif.columns and whatif["good_turns_on"].null_count() < len(
         whatif
@@ -232,11 +237,12 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
         row = {v.key: r[v.key] for v in varies}
         row.update(placement=r["placement"], context_tokens=r["context_tokens"],
                    load_level=r["load_level"])  # fmt: skip
-        row["session gain [95% CI]"] = _with_interval(
-            r["session_gain"], r["session_gain_low"], r["session_gain_high"]
+        mark = UNSTABLE_MARK if str(r["verdict"]).startswith("unstable") else ""
+        row["session gain [95% CI]"] = (
+            _with_interval(r["session_gain"], r["session_gain_low"], r["session_gain_high"]) + mark
         )
-        row["later-turn gain [95% CI]"] = _with_interval(
-            r["later_gain"], r["later_gain_low"], r["later_gain_high"]
+        row["later-turn gain [95% CI]"] = (
+            _with_interval(r["later_gain"], r["later_gain_low"], r["later_gain_high"]) + mark
         )
         if goodput:
             row["goodput on [95% CI]"] = _with_interval(
@@ -248,13 +254,21 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
     return pl.DataFrame(rows)
 
 
+#: Appended to a gain that depends on the run's length (a cell with an unstable arm).
+UNSTABLE_MARK = " (unstable)"
+
 DECISION_METHOD = (
     "Gains are OFF / ON ratios of medians (whole-session time; TTFT of turns 2..), their "
     "95% intervals a paired bootstrap over sessions (expanded percentile, Hesterberg 2015, "
     "2,000 resamples), the unit a session of one replicate, every replicate's sessions "
     "pooled; goodput's interval is Wilson's with the sessions' design effect. The verdict "
     "reads the session gain's interval: pays when it lies wholly at or above the "
-    "threshold, does not pay when wholly below, undecided when it straddles it."
+    "threshold, does not pay when wholly below, undecided when it straddles it. "
+    "An arm is unstable at a level where its TTFT grows more than "
+    f"{MAX_GROWTH:g} s per second of scheduled session starts or an open loop serves "
+    f"under {MIN_SERVED_SHARE:g} of its offered turns (every replicate pooled): its queue "
+    "grows with the run, so the verdict there is unstable instead and the gains, marked "
+    f"{UNSTABLE_MARK.strip()}, depend on the run's length, not only on the system."
 )
 
 

@@ -13,6 +13,7 @@ from sessiongen.capacity.decision import (
     parse_find,
     pooled,
     replicate_sets,
+    unstable_verdict,
     value_text,
     verdict,
     with_verdicts,
@@ -38,6 +39,24 @@ def test_with_verdicts_adds_the_threshold_and_a_verdict_per_row() -> None:
     assert few["verdict"].to_list() == ["undecided", "undecided", "undecided"]
     enough = with_verdicts(rows.with_columns(sessions=pl.Series([5, 5, 6])), 1.1)
     assert enough["verdict"].to_list() == ["pays", "undecided", "does not pay"]
+
+
+def test_an_unstable_arm_overrides_the_interval_and_says_which() -> None:
+    rows = pl.DataFrame({
+        "session_gain_low": [1.2, 1.2, 0.8, 1.2, 1.2],
+        "session_gain_high": [1.4, 1.4, 1.0, 1.4, 1.4],
+        "sessions": [6, 6, 6, 3, 6],
+        "stable_off": [True, False, True, False, None],
+        "stable_on": [True, True, False, False, True],
+    })  # fmt: skip
+    assert with_verdicts(rows, 1.1)["verdict"].to_list() == [
+        "pays",
+        "unstable (OFF queue grows)",
+        "unstable (ON queue grows)",
+        "unstable (both queues grow)",  # even with too few sessions to decide
+        "pays",  # stability not known (a what-if table from before): the interval decides
+    ]
+    assert unstable_verdict(True, True) is None and unstable_verdict(None, None) is None
 
 
 def _gain_verdict(calls: list[float]) -> object:
@@ -115,3 +134,17 @@ def test_pooled_replicates_keep_their_sessions_apart() -> None:
     assert out.requests["session_index"].to_list() == [0, 1, STRIDE, STRIDE + 1, 2 * STRIDE,
                                                        2 * STRIDE + 1]  # fmt: skip
     assert out.requests["session_id"].n_unique() == 6
+
+
+def test_pooled_blocks_apart_numbers_each_replicates_blocks_of_its_own() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class FakeRun:
+        requests: pl.DataFrame
+
+    frame = pl.DataFrame({"session_index": [0, 1], "session_id": ["a", "b"], "block": [0, 1]})
+    runs = [FakeRun(frame.with_columns(pl.col("block").cast(pl.Int32))) for _ in range(2)]
+    assert pooled(runs).requests["block"].to_list() == [0, 1, 0, 1]  # type: ignore[arg-type]
+    apart = pooled(runs, blocks_apart=True)  # type: ignore[arg-type]
+    assert apart.requests["block"].to_list() == [0, 1, STRIDE, STRIDE + 1]
