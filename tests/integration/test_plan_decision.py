@@ -74,3 +74,32 @@ def test_a_bad_find_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         main(["plan", str(SMOKE), "--find", "target.sim.replicas=3:1"])
     assert exc.value.code == 2
     assert "--find" in capsys.readouterr().err
+
+
+def test_a_level_that_overloads_the_off_arm_is_unstable_not_pays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six 128k sessions open-loop, alternating over two replicas: at 0.04 sessions/s
+    pool off recomputes every turn's 128k prefix and falls behind (its queue grows with
+    the run, and so does the gain), pool on keeps up; at 0.005 both do."""
+    main([
+        "plan", str(ROOT / "scenarios" / "load128k.toml"), "--seeds", "2", "--jobs", "1",
+        "--no-progress", "--runs-dir", str(tmp_path), "--set", "load.levels=[0.005, 0.04]",
+        "--set", 'placement.policies=["alternate"]', "--set", "sessions.count=6",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    (folder,) = tmp_path.glob("plan-*")
+    whatif = pl.read_parquet(folder / "whatif.parquet").sort("load_level")
+    light, heavy = whatif.iter_rows(named=True)
+    assert (light["stable_off"], light["stable_on"]) == (True, True)
+    assert not light["verdict"].startswith("unstable")
+    assert (heavy["stable_off"], heavy["stable_on"]) == (False, True)
+    assert heavy["ttft_growth_off"] > 0.05 >= heavy["ttft_growth_on"]
+    assert heavy["verdict"] == "unstable (OFF queue grows)"
+    assert heavy["session_gain"] is not None  # still shown, marked
+    report = (folder / "report" / "report.md").read_text()
+    decision = report[report.index("## Decision") : report.index("## What if")]
+    for text in (out[: out.index("What if")], decision):
+        assert text.count("unstable (OFF queue grows)") == 1
+        assert text.count("] (unstable)") == 2  # the heavy cell's two gains, marked
+    assert "An arm is unstable at a level where" in decision
