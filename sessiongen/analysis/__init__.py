@@ -11,7 +11,7 @@
 - :mod:`.verdicts`: a run's correctness per probe (report, trend, ``replay`` exit status);
 - :mod:`.adequacy`: warnings when a run is too small for its statistics;
 - :mod:`.fidelity`: can the run be read as the cache's effect: measurement error of
-  simulated runs, cold first turns that differ between arms;
+  simulated runs, late arrivals on the modeled clock, cold first turns that differ between arms;
 - :mod:`.tails`: tail percentiles with MLPerf LoadGen's early-stopping estimate;
 - :mod:`.load`: saturation, goodput, sustained load, working set, reuse distance;
 - :mod:`.reuse`: a replayed trace's reuse: what an infinite cache could serve (anywhere,
@@ -59,6 +59,8 @@ from sessiongen.analysis.fidelity import (
     STORE_COST_TOLERANCE,
     cold_turn_asymmetry,
     lag_effect,
+    late_arrival_warning,
+    late_arrivals,
     measurement_error,
     time_scale_remedy,
     trust_warnings,
@@ -139,6 +141,8 @@ __all__ = [
     "has_routed",
     "interval_warnings",
     "lag_effect",
+    "late_arrival_warning",
+    "late_arrivals",
     "latest_run",
     "load_run",
     "measurement_error",

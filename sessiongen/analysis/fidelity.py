@@ -16,6 +16,17 @@ size could be the clock, not the cache. The remedy is a larger time scale.
 Real servers report no TTFT of their own (``server_ttft_s`` is null), and a run whose
 target is not simulated never gets this table, whatever its records hold.
 
+- **Late arrivals** (replays on the simulator's modeled clock): each request states its
+  modeled arrival and is sent ahead of it; one that reaches the engine after the engine
+  has passed that time joins the next step, later than the client modeled
+  (``arrival_late_s``). Then the engine saw a different schedule than the one planned,
+  and the run is no longer the deterministic replay it is meant to be. Per arm and turn
+  the late requests are counted with the largest lateness; any is a limit of the run, and
+  a cell whose largest lateness exceeds :data:`ERROR_SHARE` of its median TTFT is flagged
+  (the share the measurement error may take before arms could differ by the clock, not the
+  cache). The remedy is a larger time scale or a lower concurrency, so that the client
+  keeps ahead of the engine.
+
 - **Lag effect** (every run): a request is lag-flagged (``loop_lag_flag``) when the
   client's event loop stalled for more than 2% of its TTFT while it waited (the column's
   definition in :mod:`sessiongen.records.format`). A flag says a timestamp *could* have
@@ -58,6 +69,51 @@ def measurement_error(run: Run) -> pl.DataFrame:
         .with_columns(flagged=pl.col("error_share").abs() > ERROR_SHARE)
         .sort(list(CELL_KEYS))
     )
+
+
+def late_arrivals(run: Run) -> pl.DataFrame:
+    """Per arm and turn of a run whose requests stated modeled arrivals: requests, late
+    ones (``arrival_late_s`` above zero), the largest lateness, the median TTFT, their
+    ratio ``late_share`` and ``flagged`` (that share above :data:`ERROR_SHARE`); empty
+    where no request stated an arrival (real targets, older runs)."""
+    rows = run.ok.filter(pl.col("arrival_late_s").is_not_null())
+    late = pl.col("arrival_late_s")
+    return (
+        rows.group_by(list(CELL_KEYS))
+        .agg(
+            n=pl.len(),
+            late=(late > 0).sum(),
+            max_late_s=late.max(),
+            median_ttft_s=pl.col("ttft_s").median(),
+        )
+        .with_columns(late_share=(pl.col("max_late_s") / pl.col("median_ttft_s")).fill_nan(None))
+        .with_columns(flagged=(pl.col("late_share") > ERROR_SHARE).fill_null(False))
+        .sort(list(CELL_KEYS))
+    )
+
+
+def late_arrival_warning(run: Run, late: pl.DataFrame | None = None) -> str | None:
+    """One line naming how many requests arrived late and by how much at most, with the
+    remedy; None when none did. ``late`` is :func:`late_arrivals` where already computed."""
+    cells = late_arrivals(run) if late is None else late
+    count = int(cells["late"].sum()) if not cells.is_empty() else 0
+    if not count:
+        return None
+    worst = cells.sort("max_late_s", descending=True).row(0, named=True)
+    flagged = int(cells["flagged"].sum())
+    text = (
+        f"Late arrivals: {count} of {int(cells['n'].sum())} requests reached the simulator "
+        f"after their modeled arrival (at most {worst['max_late_s']:.3g} {run.seconds} late, "
+        f"{worst['placement']}/{worst['cache']} turn {worst['turn']}), so the engine saw a "
+        "different schedule than the replay modeled"
+    )
+    if flagged:
+        text += (
+            f"; in {flagged} cells by more than {ERROR_SHARE:.0%} of their median TTFT, "
+            "enough to move a comparison of arms"
+        )
+    remedy = time_scale_remedy(run)
+    return f"{text}: {remedy} or lower the concurrency."
 
 
 def lag_effect(run: Run) -> pl.DataFrame:
@@ -154,6 +210,9 @@ def trust_warnings(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[str
             f"warning: measurement error above {ERROR_SHARE:.0%} of the median TTFT in "
             f"{errors.height} cells (worst {worst:.1%}); {time_scale_remedy(run)}"
         )
+    late = late_arrival_warning(run)
+    if late is not None:
+        out.append(f"warning: {late[0].lower()}{late[1:]}")
     return out
 
 

@@ -47,6 +47,9 @@ Format history
   and what the trace says it shares with earlier requests, ``trace_shared_blocks``,
   ``trace_shared_tokens`` and ``trace_reuse_distance`` (null for synthetic sessions and
   warm-ups); their ``context_tokens`` is 0 (a trace has no context sizes).
+- Later in version 4 (optional column): ``arrival_late_s``, how long after its stated
+  modeled arrival the simulator took a request (replays on the modeled clock; null where
+  the target states no modeled arrivals, and in older runs).
 """
 
 from __future__ import annotations
@@ -174,6 +177,12 @@ class RequestRecord:
     trace_reuse_distance: int | None = column(
         pl.Int64(),
         "trace replays: largest LRU stack distance, in blocks, of those blocks (null: none shared)",
+    )
+    # later in schema_version 4 (replays on the simulator's modeled clock):
+    arrival_late_s: float | None = column(
+        pl.Float64(),
+        "the server took the request this long after its stated modeled arrival (simulator: "
+        "modeled x time scale; 0: on time; null: no modeled arrival stated)",
     )
 
 

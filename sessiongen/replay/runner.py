@@ -142,6 +142,7 @@ def record_of(
         trace_reuse_distance=None if req.prefix is None else req.prefix.reuse_distance,
         server_ttft_s=_server_ttft_s(res),
         server_queue_s=_server_fact_s(res, "modeled_queue_s"),
+        arrival_late_s=_server_fact_s(res, "arrival_late_s"),
         load_level=plan.level,
         arrival_s=arrival_s,
         think_s=think_s,

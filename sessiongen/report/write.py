@@ -240,8 +240,13 @@ LIMITS = "Limits of this run"
 
 
 def _limits(run: Run) -> list[Element]:
-    """What the run is too small to show (sessions for the intervals, drift unchecked)."""
+    """What the run is too small to show (sessions for the intervals, drift unchecked),
+    and requests that reached the simulator after their modeled arrival by less than
+    would move a comparison (more is a problem: :func:`_trust_problems`)."""
     warnings = analysis.interval_warnings(run)
+    late = analysis.late_arrivals(run)
+    if not late["flagged"].any():
+        warnings += [w for w in [analysis.late_arrival_warning(run, late)] if w is not None]
     if not warnings:
         return []
     return [Heading(LIMITS), *(Paragraph(w, warning=True) for w in warnings)]
@@ -370,6 +375,22 @@ def _trust_problems(run: Run, f: Frames) -> list[Element]:
                 f"a part of what was measured: {analysis.time_scale_remedy(run)}.",
                 warning=True,
             )
+        ]
+    late = analysis.late_arrivals(run)
+    if late["flagged"].any():
+        text = analysis.late_arrival_warning(run, late)
+        assert text is not None  # a flagged cell has late requests
+        out += [
+            Paragraph(text, warning=True),
+            _show(
+                late.filter(pl.col("flagged")),
+                *CELL_KEYS,
+                "n",
+                "late",
+                "max_late_s",
+                "median_ttft_s",
+                "late_share",
+            ),
         ]
     return out
 

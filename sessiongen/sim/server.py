@@ -23,7 +23,8 @@ time (seconds on the engine's clock, which ``GET /sim/config`` reports as
 wall clock, so the engine sees arrivals in the order and at the times the client
 modeled, however the machine's load delays the requests. A client sends such a request
 ahead of its time; one that comes after the engine has passed its time joins the next
-step, and its ``arrival_late_s`` fact says by how much. Responses carry the absolute
+step, and its ``arrival_late_s`` fact says by how much (modeled seconds; 0 when on
+time, null for a request that stated no arrival). Responses carry the absolute
 ``modeled_arrival_s`` and ``modeled_end_s``, from which a client models the next.
 """
 
@@ -121,7 +122,7 @@ class _Generation:
         self.job = job
         self.arrival = arrival  # loop time at the handler's entry
         self.modeled_arrival = modeled_arrival  # the client's, where it said one
-        self.arrival_late_s = 0.0
+        self.arrival_late_s: float | None = None  # only where an arrival was stated
         self.prepared_at = asyncio.get_running_loop().time()
         self.responder = Responder(job.req, replica.world.model_name)
         self.time_scale = self.world.time_scale

@@ -13,6 +13,7 @@ import pytest
 
 from sessiongen import replay, scenario
 from sessiongen.report import write_report
+from sessiongen.report.write import run_cautions
 from tests.support.paths import ROOT
 
 
@@ -177,3 +178,16 @@ def test_warmups_exercise_the_pool_path(smoke: tuple[pl.DataFrame, dict[str, Any
     assert on.height > 0 and (on["external_hit_tokens"] >= 2 * chunk).all()
     # ... and with it off there is no pool to read from.
     assert (off["external_hit_tokens"] == 0).all()
+
+
+def test_a_replay_that_keeps_ahead_records_every_arrival_on_time(tmp_path: Path) -> None:
+    # One session at a time: the engine's clock only reaches events of the request before
+    # (its last token), never the next one's stated arrival, however busy the machine.
+    df, _ = run_smoke(tmp_path, 'design.blocks=["off","on"]', 'placement.policies=["alternate"]')
+    sessions = df.filter(~pl.col("warmup"))
+    assert sessions.height > 0
+    assert sessions["arrival_late_s"].null_count() == 0  # every turn stated its arrival
+    assert (sessions["arrival_late_s"] == 0).all()
+    run_dir = next(p for p in tmp_path.iterdir() if (p / "manifest.json").is_file())
+    cautions = run_cautions(run_dir)
+    assert not any("Late arrivals" in t for ts in cautions.values() for t in ts), cautions

@@ -1,4 +1,5 @@
-"""Whether a run can be read as the cache's effect: measurement error, cold-turn asymmetry."""
+"""Whether a run can be read as the cache's effect: measurement error, cold-turn asymmetry,
+late arrivals on the modeled clock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pathlib import Path
 import polars as pl
 
 from sessiongen import analysis
+from sessiongen.analysis.stats import Bootstrap
 from sessiongen.records.run import Run
+from sessiongen.report.plots import FIGURE_NAMES
+from sessiongen.report.write import Frames, build_blocks, report_cautions
 from tests.support.synthetic import SyntheticSpec, write_run
 
 SPEC = SyntheticSpec(placements=("alternate",), sessions=8, turns=3, noise_sigma=0.02)
@@ -67,3 +71,44 @@ def test_the_pools_store_cost_on_cold_turns_is_not_flagged(tmp_path: Path) -> No
     assert analysis.cold_turn_asymmetry(slower)["flagged"].to_list() == [True]
     faster = with_requests(run, ttft_s=on_first.then(pl.col("ttft_s") / 1.10).otherwise("ttft_s"))
     assert analysis.cold_turn_asymmetry(faster)["flagged"].to_list() == [True]
+
+
+def cautions(run: Run) -> dict[str, list[str]]:
+    figures = {name: Path(f"{name}.png") for name in FIGURE_NAMES}
+    boot = Bootstrap(n_resamples=200)
+    return report_cautions(build_blocks(run, Frames.compute(run, boot), figures, boot))
+
+
+def test_late_arrivals_are_counted_and_a_limit_or_a_problem_by_their_size(tmp_path: Path) -> None:
+    run = analysis.load_run(write_run(tmp_path, SPEC))
+    assert analysis.late_arrivals(run).is_empty()  # no modeled arrivals stated: no check
+    assert analysis.late_arrival_warning(run) is None
+    on_time = with_requests(run, arrival_late_s=pl.lit(0.0))
+    assert analysis.late_arrivals(on_time).height == 2 * 3
+    assert analysis.late_arrival_warning(on_time) is None
+    assert not any("Late arrivals" in t for ts in cautions(on_time).values() for t in ts)
+
+    # two requests of turn 2 (cache on) late, by 1% and 0.5% of their TTFT: a limit only
+    first = (pl.col("turn") == 2) & (pl.col("cache") == "on") & (pl.col("session_index") < 2)
+    small = pl.when(first).then(pl.col("ttft_s") / (100 * (1 + pl.col("session_index"))))
+    late = with_requests(run, arrival_late_s=small.otherwise(0.0))
+    table = analysis.late_arrivals(late)
+    cell = table.filter(pl.col("late") > 0)
+    assert cell.select("cache", "turn").rows() == [("on", 2)]
+    assert int(cell["late"].item()) == 2 * 2  # two sessions, in each of the two on-blocks
+    assert not table["flagged"].any()
+    text = analysis.late_arrival_warning(late)
+    assert text is not None and text.startswith(f"Late arrivals: 4 of {table['n'].sum()} ")
+    assert "time_scale" in text and "concurrency" in text
+    found = cautions(late)
+    assert [t for t in found["limits"] if t.startswith("Late arrivals")] == [text]
+    assert not any("Late arrivals" in t for t in found["problems"])
+    assert any("late arrivals" in w for w in analysis.trust_warnings(late))
+
+    # one request late by 10% of its cell's median TTFT: a problem, not a limit
+    big = pl.when(first & (pl.col("session_index") == 0)).then(pl.col("ttft_s") * 0.1)
+    worse = with_requests(run, arrival_late_s=big.otherwise(0.0))
+    assert analysis.late_arrivals(worse)["flagged"].sum() == 1
+    found = cautions(worse)
+    assert any(t.startswith("Late arrivals") for t in found["problems"])
+    assert not any(t.startswith("Late arrivals") for t in found["limits"])
