@@ -14,9 +14,9 @@ apart, or its open-loop offset) or when a concurrency slot frees (the modeled en
 of the session that held it), and each later turn at the previous turn's modeled end
 (the response's ``modeled_end_s``) plus the think time. Each request states that time
 (``X-Sim-Arrival-S``) and is sent :data:`AHEAD_S` wall seconds before it; the
-simulator holds it until then. Wall durations are measured from the stated time's
-wall equivalent, not from the early send, so they keep meaning what they mean
-without it.
+simulator holds it until then and says how long (``due_after_entry_s``; negative for a
+request that came in after its time, which the engine still takes at that time when it
+is not past it). Wall durations lose that offset, so they keep meaning what they mean.
 """
 
 from __future__ import annotations
@@ -100,14 +100,21 @@ def modeled_end(res: Result) -> float | None:
     return float(end) if isinstance(end, int | float) else None
 
 
-def measure_from(res: Result, due_ns: int) -> None:
-    """Make ``res``'s durations count from ``due_ns`` (the stated arrival's wall time)
-    when the request was sent before it."""
-    shift_ns = due_ns - res.send_ns
-    if shift_ns <= 0 or res.send_ns == 0:
+def measure_from(res: Result) -> None:
+    """Make ``res``'s durations count from its stated arrival, not from the send.
+
+    The simulator says how far its handler's entry lay before the stated arrival's wall
+    time (``due_after_entry_s``, on its own clock): positive when it held an early
+    request, negative when the request came in after its time and the engine, not yet
+    past it, took it at that time. The durations lose exactly that, so they keep the
+    request's way to the simulator, as a request sent on time would. Mapping the stated
+    arrival through :class:`ModeledClock` instead would put the clock reading's own
+    latency (milliseconds, 10% of a fast turn) into every duration."""
+    offset = res.server_facts("sim").get("due_after_entry_s")
+    if not isinstance(offset, int | float) or offset == 0 or res.send_ns == 0:
         return
-    shift = shift_ns / 1e9
-    res.send_ns = due_ns
+    shift = float(offset)
+    res.send_ns += int(shift * 1e9)
     if res.ttfb_s is not None:
         res.ttfb_s = max(0.0, res.ttfb_s - shift)
     if res.ttft_s is not None:

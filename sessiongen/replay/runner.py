@@ -219,7 +219,7 @@ async def run_session_modeled(
             await clock.sleep_to_send(at)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
             res, served = await routing.send(ctx, req, headers=modeled.header(at))
-            modeled.measure_from(res, clock.wall_ns(at))
+            modeled.measure_from(res)
             ctx.emit(
                 record_of(
                     ctx,

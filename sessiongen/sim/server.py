@@ -182,6 +182,10 @@ class _Generation:
             target_ttft_s=target,
             modeled_arrival_s=served.sim.arrival,
             arrival_late_s=self.arrival_late_s,
+            # wall seconds from the handler's entry to the stated arrival's wall time
+            # (negative: the request came in after it, and the engine, not yet past it,
+            # back-dated it): what a client that states arrivals takes off its durations
+            due_after_entry_s=due - self.arrival,
         )
         if len(served.token_times) == served.sim.output_tokens:
             facts["modeled_end_s"] = served.token_times[-1]
