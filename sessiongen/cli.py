@@ -1059,16 +1059,22 @@ def main(argv: list[str] | None = None) -> None:
     Usage errors (a missing argument, a path that is a file where a folder is wanted)
     print as one line naming the option, like every other user error, exit status 2.
     """
-    signals.install()  # for the whole process: its exit hooks stop what is left
     try:
-        cli.main(args=argv, prog_name="sessiongen", standalone_mode=False)
-    except click.UsageError as exc:
-        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        click.echo(f"sessiongen: error: {exc.format_message()}{where}", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("interrupted", err=True)
+        signals.install()  # for the whole process: its exit hooks stop what is left
+        try:
+            cli.main(args=argv, prog_name="sessiongen", standalone_mode=False)
+        except click.UsageError as exc:
+            where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"sessiongen: error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(signals.exit_status())
+    except KeyboardInterrupt:
+        # an interrupt outside click's reach (inside install(), or a deferred one raised
+        # while the first was being reported) still exits 128 + the signal, never by
+        # the interpreter's death from SIGINT
         sys.exit(signals.exit_status())
