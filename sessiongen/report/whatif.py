@@ -119,7 +119,8 @@ def whatif_figure(
             xs = [float(x) for x in xs]
         colour = COLORS[i % len(COLORS)]
         marker = MARKERS[(i // len(COLORS)) % len(MARKERS)]
-        ys = [r["session_gain"] for r in rows]
+        # a cell without a session gain (no complete session in an arm) is a gap, not 0
+        ys = [_or_nan(r["session_gain"]) for r in rows]
         yerr = [
             [_gap(y, r.get("session_gain_low"), below=True) for y, r in zip(ys, rows, strict=True)],
             [
@@ -132,13 +133,16 @@ def whatif_figure(
         for cache, (style, face) in ARM_STYLE.items():
             ttft.plot(
                 xs,
-                [r[f"ttft_p50_{cache}_s"] for r in rows],
+                [_or_nan(r[f"ttft_p50_{cache}_s"]) for r in rows],
                 marker=marker,
                 markerfacecolor=face or colour,
                 color=colour,
                 linestyle=style,
             )
     gain.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
+    if whatif["session_gain"].drop_nulls().drop_nans().is_empty():
+        gain.text(0.5, 0.5, "no session gain: no cell ran both arms", ha="center",
+                  va="center", transform=gain.transAxes, color="#555555")  # fmt: skip
     if "pays_at" in whatif.columns:
         pays_at = float(whatif["pays_at"][0])
         gain.axhline(pays_at, color="#aa3333", linewidth=0.9, linestyle="-.")
@@ -150,6 +154,9 @@ def whatif_figure(
     for ax in (gain, ttft):
         ax.set_xlabel(axis_label(x_key))
         if numeric is not None and min(numeric) > 0 and max(numeric) / min(numeric) >= 8:
+            # limits from the values, not the data: a panel with no point (a one-arm
+            # design has no gain) could not be log-scaled from its own
+            ax.set_xlim(min(numeric) / 1.25, max(numeric) * 1.25)
             figures.log_axis(ax, "x")  # a range of 8x or more (and --find's geometric steps)
             ax.set_xlabel(f"{axis_label(x_key)}, log scale")
         elif numeric is not None and all(x.is_integer() for x in numeric):
@@ -174,7 +181,7 @@ def whatif_figure(
 
 def _gap(value: float | None, bound: float | None, *, below: bool) -> float:
     """An error bar's length from ``value`` to ``bound`` (0 without either)."""
-    if value is None or bound is None or not math.isfinite(bound):
+    if value is None or bound is None or not math.isfinite(value) or not math.isfinite(bound):
         return 0.0
     return max(0.0, value - bound if below else bound - value)
 
@@ -359,3 +366,8 @@ def write_whatif_report(
     atomic_write_bytes(path, to_markdown(blocks, report).encode())
     atomic_write_bytes(report / "report.html", to_html(blocks, f"plan {first.name}").encode())
     return path
+
+
+def _or_nan(value: float | None) -> float:
+    """A figure's point: NaN (a gap in the line) where the table has none."""
+    return math.nan if value is None else float(value)

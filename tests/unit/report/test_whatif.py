@@ -137,3 +137,22 @@ def test_legends_and_axes_name_what_varied_and_its_unit() -> None:
     open_loop = whatif_figure(synthetic(levels=(0.5, 2.0)), VARIES, "note", arrival="poisson")
     texts = {t.get_text() for lg in legends(open_loop.axes[1]) for t in lg.get_texts()}
     assert "turns=2, 0.5 sessions/s" in texts
+
+
+def test_a_one_arm_plan_over_a_wide_range_still_draws() -> None:
+    """A design of one arm has no session gain and no OFF TTFT in any cell; over a range
+    of 8x or more the axes are logarithmic. The figure draws the ON arm and says why the
+    gain panel is empty (it raised on the null gains, then on log-scaling no data: the
+    real-stack tier's heldout-cpu grid)."""
+    frame = synthetic().with_columns(
+        pl.col("target.sim.pool_capacity_gib").replace({"16": "0.01", "64": "2"}),
+        pl.lit(None, dtype=pl.Float64).alias("session_gain"),
+        pl.lit(None, dtype=pl.Float64).alias("ttft_p50_off_s"),
+    )
+    varies = [Vary("target.sim.pool_capacity_gib", ("0.01", "2")), VARIES[1]]
+    fig = whatif_figure(frame, varies, "note")
+    gain, ttft = fig.axes[:2]
+    assert gain.get_xscale() == "log" and ttft.get_xscale() == "log"
+    assert any("no session gain" in t.get_text() for t in gain.texts)
+    on_points = [y for line in ttft.get_lines() for y in line.get_ydata() if y == y]
+    assert len(on_points) == frame.height
