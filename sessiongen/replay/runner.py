@@ -192,6 +192,37 @@ def _server_ttft_s(res: Result) -> float | None:
     return _server_fact_s(res, "modeled_ttft_s")
 
 
+def emit_turn(
+    ctx: BlockContext,
+    req: TurnRequest,
+    res: Result,
+    served: routing.Served,
+    prev: int | None,
+    queue_s: float,
+    offset_s: float | None,
+    pause_s: float,
+) -> None:
+    """The record of one session turn (``offset_s`` and ``pause_s`` modeled seconds),
+    the same whether the session runs on the wall clock or on the simulator's."""
+    scale = ctx.time_scale
+    ctx.emit(
+        record_of(
+            ctx,
+            req,
+            res,
+            replica=served.replica,
+            cross_replica=routing.moved(req.turn, prev, served.replica),
+            warmup=False,
+            queue_s=queue_s,
+            before=served.before,
+            after=served.after,
+            arrival_s=None if offset_s is None else offset_s * scale,
+            think_s=pause_s * scale,
+            replica_source=served.source,
+        )
+    )
+
+
 async def run_session_modeled(
     ctx: BlockContext,
     session: Session,
@@ -220,22 +251,7 @@ async def run_session_modeled(
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
             res, served = await routing.send(ctx, req, headers=modeled.header(at))
             modeled.measure_from(res)
-            ctx.emit(
-                record_of(
-                    ctx,
-                    req,
-                    res,
-                    replica=served.replica,
-                    cross_replica=routing.moved(turn, prev, served.replica),
-                    warmup=False,
-                    queue_s=queue_s,
-                    before=served.before,
-                    after=served.after,
-                    arrival_s=None if offset_s is None else offset_s * scale,
-                    think_s=pauses[turn - 1] * scale,
-                    replica_source=served.source,
-                )
-            )
+            emit_turn(ctx, req, res, served, prev, queue_s, offset_s, pauses[turn - 1])
             queue_s = 0.0
             end = modeled.modeled_end(res)
             if not res.ok or end is None:
@@ -287,22 +303,7 @@ async def run_session(
                 await asyncio.sleep(pauses[turn - 1] * scale)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
             res, served = await routing.send(ctx, req)
-            ctx.emit(
-                record_of(
-                    ctx,
-                    req,
-                    res,
-                    replica=served.replica,
-                    cross_replica=routing.moved(turn, prev, served.replica),
-                    warmup=False,
-                    queue_s=queue_s,
-                    before=served.before,
-                    after=served.after,
-                    arrival_s=None if offset_s is None else offset_s * scale,
-                    think_s=pauses[turn - 1] * scale,
-                    replica_source=served.source,
-                )
-            )
+            emit_turn(ctx, req, res, served, prev, queue_s, offset_s, pauses[turn - 1])
             queue_s = 0.0
             if not res.ok:
                 return
