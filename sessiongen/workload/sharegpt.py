@@ -33,6 +33,7 @@ from typing import IO, Any
 import orjson
 
 from sessiongen.errors import ScenarioError
+from sessiongen.workload.jsonfile import json_lines, open_input, show
 
 ASKS = frozenset({"human", "user"})
 ANSWERS = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
@@ -58,11 +59,6 @@ class Conversation:
     exchanges: tuple[ChatExchange, ...]
 
 
-def _show(value: object, limit: int = 40) -> str:
-    text = orjson.dumps(value, default=str).decode()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class _Item:
     """Field checks for one conversation; every failure names file, place and field."""
 
@@ -70,7 +66,7 @@ class _Item:
         self.source = source
         self.where = where
         if not isinstance(row, dict):
-            raise ScenarioError(source, where, f"expected a JSON object, got {_show(row)}")
+            raise ScenarioError(source, where, f"expected a JSON object, got {show(row)}")
         self.row: dict[str, Any] = row
 
     def error(self, key: str, message: str) -> ScenarioError:
@@ -81,7 +77,7 @@ class _Item:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-            raise self.error("id", f"expected a string or integer, got {_show(value)}")
+            raise self.error("id", f"expected a string or integer, got {show(value)}")
         return str(value)
 
     def turns(self) -> tuple[str, list[Any]]:
@@ -90,14 +86,14 @@ class _Item:
         if value is None:
             raise self.error("conversations", "missing")
         if not isinstance(value, list):
-            raise self.error(key, f"expected a list of turns, got {_show(value)}")
+            raise self.error(key, f"expected a list of turns, got {show(value)}")
         return key, value
 
     def turn(self, key: str, i: int, turn: object) -> tuple[str, str]:
         """(side, text) of turn ``i``: side ``ask``, ``answer`` or ``system``."""
         at = f"{key}[{i}]"
         if not isinstance(turn, dict):
-            raise self.error(at, f"expected an object with from and value, got {_show(turn)}")
+            raise self.error(at, f"expected an object with from and value, got {show(turn)}")
         role_key, text_key = ("from", "value") if "from" in turn else ("role", "content")
         role, text = turn.get(role_key), turn.get(text_key)
         if role is None:
@@ -105,12 +101,12 @@ class _Item:
         if text is None:
             raise self.error(f"{at}.{text_key}", "missing")
         if not isinstance(text, str):
-            raise self.error(f"{at}.{text_key}", f"expected a string, got {_show(text)}")
+            raise self.error(f"{at}.{text_key}", f"expected a string, got {show(text)}")
         side = _side(role)
         if side is None:
             raise self.error(
                 f"{at}.{role_key}",
-                f"expected human, user, gpt, assistant or system, got {_show(role)}",
+                f"expected human, user, gpt, assistant or system, got {show(role)}",
             )
         return side, text
 
@@ -157,17 +153,6 @@ def conversation(source: str, where: str, row: object) -> Conversation:
     return Conversation(where, conv_id, _JOIN.join(system) if system else None, tuple(exchanges))
 
 
-def _open(path: Path, source: str) -> IO[bytes]:
-    try:
-        return open(path, "rb")  # the caller's with closes it
-    except FileNotFoundError:
-        raise ScenarioError(source, "", "no such file") from None
-    except IsADirectoryError:
-        raise ScenarioError(source, "", "is a folder, expected a conversation file") from None
-    except OSError as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc.strerror}") from None
-
-
 def _first_char(fh: IO[bytes]) -> bytes:
     """The first byte that is not white space (b"" for a blank file); rewinds."""
     while chunk := fh.read(65536):
@@ -190,18 +175,8 @@ def _json_list(fh: IO[bytes], source: str) -> Iterator[Conversation]:
 
 
 def _json_lines(fh: IO[bytes], source: str) -> Iterator[Conversation]:
-    for number, raw in enumerate(fh, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ScenarioError(
-                source,
-                f"line {number}",
-                f"not JSON: {exc.msg} (JSONL holds one conversation a line; a JSON file, "
-                "a list of them)",
-            ) from None
+    hint = " (JSONL holds one conversation a line; a JSON file, a list of them)"
+    for number, row in json_lines(fh, source, hint):
         yield conversation(source, f"line {number}", row)
 
 
@@ -212,7 +187,7 @@ def read_conversations(path: str | Path) -> Iterator[Conversation]:
     at the rest. An id seen twice and an empty file are errors too.
     """
     source = str(path)
-    with _open(Path(path), source) as fh:
+    with open_input(Path(path), source, "a conversation file") as fh:
         yield from _checked(fh, source)
 
 
@@ -227,7 +202,7 @@ def _checked(fh: IO[bytes], source: str) -> Iterator[Conversation]:
                 raise ScenarioError(
                     source,
                     f"{conv.where}: id",
-                    f"{_show(conv.conv_id)} is also the id at {seen[conv.conv_id]}",
+                    f"{show(conv.conv_id)} is also the id at {seen[conv.conv_id]}",
                 )
             seen[conv.conv_id] = conv.where
         yield conv

@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from sessiongen.errors import ScenarioError
+from sessiongen.workload.jsonfile import json_lines, open_input, show
 
 #: Mooncake's block size, tokens per hash id.
 DEFAULT_BLOCK_TOKENS = 512
@@ -86,7 +85,7 @@ class _Line:
         if value is None:
             raise self.error(key, "missing")
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.error(key, f"expected an integer >= {low}, got {_show(value)}")
+            raise self.error(key, f"expected an integer >= {low}, got {show(value)}")
         return value
 
     def millis(self, key: str) -> float | None:
@@ -99,7 +98,7 @@ class _Line:
             or not math.isfinite(value)
             or value < 0
         ):
-            raise self.error(key, f"expected milliseconds >= 0, got {_show(value)}")
+            raise self.error(key, f"expected milliseconds >= 0, got {show(value)}")
         return float(value)
 
     def session(self) -> str | None:
@@ -107,7 +106,7 @@ class _Line:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-            raise self.error("session_id", f"expected a string or integer, got {_show(value)}")
+            raise self.error("session_id", f"expected a string or integer, got {show(value)}")
         return str(value)
 
     def hash_ids(self, input_length: int, block_tokens: int) -> tuple[int, ...]:
@@ -117,9 +116,7 @@ class _Line:
         if not isinstance(value, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in value
         ):
-            raise self.error(
-                "hash_ids", f"expected a list of integers >= 0, got {_show(value, 60)}"
-            )
+            raise self.error("hash_ids", f"expected a list of integers >= 0, got {show(value, 60)}")
         want = blocks_for(input_length, block_tokens)
         if len(value) != want:
             raise self.error(
@@ -129,11 +126,6 @@ class _Line:
                 f"{block_tokens}?)",
             )
         return tuple(value)
-
-
-def _show(value: object, limit: int = 40) -> str:
-    text = orjson.dumps(value, default=str).decode()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _window(window: Window | None, source: str) -> tuple[float | None, float | None]:
@@ -222,16 +214,10 @@ def _request(
 
 def _rows(fh: IO[bytes], source: str) -> Iterator[_Line]:
     """The file's non-blank lines as JSON objects."""
-    for number, raw in enumerate(fh, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ScenarioError(source, f"line {number}", f"not JSON: {exc}") from None
+    for number, row in json_lines(fh, source):
         if not isinstance(row, dict):
             raise ScenarioError(
-                source, f"line {number}", f"expected a JSON object, got {_show(row)}"
+                source, f"line {number}", f"expected a JSON object, got {show(row)}"
             )
         yield _Line(source, number, row)
 
@@ -261,14 +247,7 @@ def read_trace(
     if limit is not None and limit < 1:
         raise ScenarioError(source, "limit", f"expected an integer >= 1, got {limit}")
     schedule = _Schedule(*_window(window, source))
-    try:
-        fh = open(path, "rb")  # noqa: SIM115  # the with below closes it; open errors first
-    except FileNotFoundError:
-        raise ScenarioError(source, "", "no such file") from None
-    except IsADirectoryError:
-        raise ScenarioError(source, "", "is a folder, expected a trace file") from None
-    except OSError as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc.strerror}") from None
+    fh = open_input(Path(path), source, "a trace file")  # open errors before the first line
     seen = kept = 0
     with fh:
         for ln in _rows(fh, source):
