@@ -239,11 +239,13 @@ def _durations(run: Run) -> str:
 LIMITS = "Limits of this run"
 
 
-def _limits(run: Run) -> list[Element]:
-    """What the run is too small to show (sessions for the intervals, drift unchecked),
-    and requests that reached the simulator after their modeled arrival by less than
-    would move a comparison (more is a problem: :func:`_trust_problems`)."""
+def _limits(run: Run, f: Frames) -> list[Element]:
+    """What the run is too small to show (sessions for the intervals, drift and cold
+    turns unchecked), and requests that reached the simulator after their modeled
+    arrival by less than would move a comparison (more is a problem:
+    :func:`_trust_problems`)."""
     warnings = analysis.interval_warnings(run)
+    warnings += [w for w in [analysis.cold_check_limit(f.cold_check)] if w is not None]
     late = analysis.late_arrivals(run)
     if not late["flagged"].any():
         warnings += [w for w in [analysis.late_arrival_warning(run, late)] if w is not None]
@@ -725,7 +727,7 @@ def build_blocks(
     """The report as document blocks, problems first."""
     return [
         *_header(run),
-        *_limits(run),
+        *_limits(run, frames),
         *_problems(run, frames),
         *routing_section(run, boot),
         *_headline(run, frames, figures, boot),

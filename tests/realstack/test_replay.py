@@ -106,7 +106,9 @@ def test_cold_first_turns_agree_between_the_arms(
     real_run: tuple[Path, pl.DataFrame, dict[str, Any]],
 ) -> None:
     """Nothing is cached on a first turn in either arm, so the arms take the same time
-    there (within the pool's store cost); no warning says the arms differ beyond it."""
+    there (within the pool's store cost). Two sessions are too few for the report's own
+    comparison (a CI run once had OFF 5-20% slower with an interval over two sessions
+    excluding 1): it says it did not compare them, and no warning says the arms differ."""
     run_dir, df, _ = real_run
     first = df.filter(pl.col("turn") == 1)
     med = {c: first.filter(pl.col("cache") == c)["ttft_s"].median() for c in ("off", "on")}
@@ -114,8 +116,12 @@ def test_cold_first_turns_agree_between_the_arms(
     ratio = med["off"] / med["on"]
     assert COLD_BAND[0] <= ratio <= COLD_BAND[1], med
     run = analysis.load_run(run_dir)
-    assert not analysis.cold_turn_asymmetry(run)["flagged"].any()
+    cold = analysis.cold_turn_asymmetry(run)
+    assert cold["n_units"].to_list() == [2] and not cold["checked"].any()
+    assert not cold["flagged"].any()
     assert not any("arms differ" in w for w in analysis.trust_warnings(run))
+    limit = analysis.cold_check_limit(cold)
+    assert limit is not None and "as few as 2 sessions" in limit
 
 
 def test_external_hits_only_with_the_cache_on(

@@ -51,6 +51,26 @@ def test_cold_turns_alike_are_not_flagged_and_unlike_ones_are(tmp_path: Path) ->
     assert any("arms differ beyond the cache" in w for w in analysis.trust_warnings(run))
 
 
+def test_cold_turns_of_too_few_sessions_are_not_compared_and_the_report_says_so(
+    tmp_path: Path,
+) -> None:
+    """Four sessions: the 1.6x difference that eight flag is not called out (an interval
+    over four sessions is too narrow to mean what it says); the report's Limits say the
+    check did not run, and a run of eight says nothing of it."""
+    few = analysis.load_run(write_run(tmp_path / "few", dataclasses.replace(SPEC, sessions=4)))
+    slower = pl.when((pl.col("cache") == "off") & (pl.col("turn") == 1))
+    few = with_requests(few, ttft_s=slower.then(pl.col("ttft_s") * 1.6).otherwise("ttft_s"))
+    table = analysis.cold_turn_asymmetry(few)
+    assert table["n_units"].to_list() == [4]
+    assert table["checked"].to_list() == [False] and table["flagged"].to_list() == [False]
+    assert table["speedup_ci_low"][0] > 1.0  # the interval alone would have flagged it
+    limits = cautions(few)["limits"]
+    assert any("Cold first turns not compared" in t and "as few as 4" in t for t in limits)
+    enough = analysis.load_run(write_run(tmp_path / "enough", SPEC))
+    assert analysis.cold_turn_asymmetry(enough)["checked"].to_list() == [True]
+    assert not any("Cold first turns" in t for t in cautions(enough)["limits"])
+
+
 def test_a_small_cold_difference_within_tolerance_is_not_flagged(tmp_path: Path) -> None:
     run = analysis.load_run(write_run(tmp_path, SPEC))
     slower = pl.when((pl.col("cache") == "off") & (pl.col("turn") == 1))
