@@ -207,7 +207,7 @@ def cold_check_limit(cold: pl.DataFrame) -> str | None:
     unchecked = cold.filter(~pl.col("checked"))
     if unchecked.is_empty():
         return None
-    fewest = int(unchecked["n_units"].min() or 0)
+    fewest = min(int(n) for n in unchecked["n_units"].to_list())
     return (
         f"Cold first turns not compared between the arms in {unchecked.height} of "
         f"{cold.height} placements (as few as {fewest} sessions; {MIN_SESSIONS} needed): "
