@@ -28,6 +28,26 @@ settings.register_profile("explore", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("SESSIONGEN_HYPOTHESIS", "ci"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite answers Ctrl-C however it was started. A shell starts a background job
+    (``make test &`` in a script) with SIGINT ignored, Python then installs no handler,
+    and every child the tests start inherits the ignore: the tests that interrupt a
+    replay or a pair with SIGINT would wait for it in vain (a fresh clone's run in the
+    background failed three of them so). Python's own handler is put back."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def stop_signals_answered() -> None:
+    """SIGTERM and SIGHUP at their default during a test that sends them (the suite may
+    run under ``nohup``, which ignores SIGHUP, and sessiongen keeps an ignored signal
+    ignored); :func:`_signal_handlers_restored` puts the suite's own back after."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored() -> Iterator[None]:
     """``sessiongen.cli.main`` installs its signal handlers for the rest of the process

@@ -16,6 +16,11 @@ it lands at an ``await`` (where clean-up can run) and never in the event loop's 
 machinery. Without :func:`install` (a notebook), :func:`run` answers SIGINT only and
 leaves SIGTERM and SIGHUP to the host.
 
+A signal ignored when the process started stays ignored: ``nohup`` ignores SIGHUP so that
+a closed terminal does not stop the run, and a shell starts a script's background job
+with SIGINT ignored (Python itself then installs no Ctrl-C handler). SIGTERM, the way
+such a job is stopped, is still answered unless it too was ignored.
+
 Nothing here can help against SIGKILL: the children watch for their parent's death
 themselves (the simulator and the reference server exit when their stdin closes, replay
 workers when their parent's sentinel does).
@@ -68,6 +73,12 @@ def reset() -> None:
 def exit_status(default: int = 130) -> int:
     """128 plus the interrupting signal's number; ``default`` when no signal came."""
     return 128 + _state.first if _state.first is not None else default
+
+
+def answered(sigs: tuple[int, ...] = STOP_SIGNALS) -> tuple[int, ...]:
+    """Those of ``sigs`` this process may answer: all but the ones it was told to ignore
+    (their disposition is ``SIG_IGN``, as ``nohup`` or a shell's background job sets)."""
+    return tuple(sig for sig in sigs if signal.getsignal(sig) is not signal.SIG_IGN)
 
 
 def _note(signum: int) -> bool:
@@ -142,7 +153,7 @@ def handling() -> Iterator[None]:
 def _install() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous: dict[int, Any] = {sig: signal.signal(sig, _on_signal) for sig in STOP_SIGNALS}
+    previous: dict[int, Any] = {sig: signal.signal(sig, _on_signal) for sig in answered()}
     _state.first, _state.active = None, True
     _state.hurry.clear()
     return previous
@@ -176,7 +187,7 @@ async def _cancel_on_signals(main: Coroutine[Any, Any, T], outcome: list[T]) -> 
         if not _state.active:  # a library call: each run stops afresh on Ctrl-C
             _state.first = None
             _state.hurry.clear()
-        for wanted in STOP_SIGNALS if _state.active else (signal.SIGINT,):
+        for wanted in answered(STOP_SIGNALS if _state.active else (signal.SIGINT,)):
             installed[wanted] = signal.getsignal(wanted)
             loop.add_signal_handler(wanted, on_signal, wanted)
     try:

@@ -77,7 +77,7 @@ async def _run(
             os._exit(128 + signum)
         stop.set()
 
-    for sig in _STOP_SIGNALS:
+    for sig in signals.answered(_STOP_SIGNALS):
         loop.add_signal_handler(sig, on_signal, sig)
     if stop_on_stdin_eof:  # before anything else: a caller gone during start-up counts
         loop.add_reader(sys.stdin.fileno(), _on_stdin, loop, stop)

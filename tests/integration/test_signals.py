@@ -3,7 +3,9 @@
 Each case runs the smoke scenario (made small) on the embedded simulated pair as a
 subprocess, waits for a point of its life (just started; a block's simulator starting;
 a block serving requests; the report being written), waits a seeded fraction of a
-second more, and sends SIGINT, SIGTERM, SIGHUP, two of them, or SIGKILL. Then every
+second more, and sends SIGINT, SIGTERM, SIGHUP, two of them, or SIGKILL (one case
+starts it as ``nohup`` would, SIGHUP ignored: the hangup must not stop it, the SIGTERM
+after it must). Then every
 process the replay caused, found from ``/proc`` by an environment tag they all inherit
 (whatever their session, process group or parent now), must be gone within a generous
 polled deadline; a replay that could clean up must have exited 128 + the signal, kept
@@ -30,7 +32,7 @@ import pytest
 from tests.support import descendants
 from tests.support.paths import ROOT, SCENARIOS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("stop_signals_answered")]
 
 SEED = 19
 TURNS = 2
@@ -59,11 +61,20 @@ class Case:
     signals: tuple[signal.Signals, ...]
     workers: int = 1
     block: int = 1  # sim-start and mid-block: in which block (1: after one was stopped)
+    ignored: tuple[signal.Signals, ...] = ()  # ignored from the start, as nohup does
+
+    @property
+    def stopping(self) -> signal.Signals:
+        """The first signal sent that the replay answers."""
+        return next(s for s in self.signals if s not in self.ignored)
 
     @property
     def id(self) -> str:
         sigs = "+".join(s.name for s in self.signals)
-        return f"{self.phase}-{sigs}" + (f"-workers{self.workers}" if self.workers > 1 else "")
+        ignored = "".join(f"-{s.name}ignored" for s in self.ignored)
+        return f"{self.phase}-{sigs}{ignored}" + (
+            f"-workers{self.workers}" if self.workers > 1 else ""
+        )
 
 
 INT, TERM, HUP, KILL = signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL
@@ -73,6 +84,7 @@ CASES = [
     Case("sim-start", (HUP,)),
     Case("mid-block", (INT, TERM)),
     Case("mid-block", (TERM,)),
+    Case("mid-block", (HUP, TERM), ignored=(HUP,)),  # nohup: a closed terminal goes on
     Case("mid-block", (KILL,)),  # nothing can clean up: the children must notice
     Case("mid-block", (KILL,), workers=2, block=0),
     Case("report", (INT, INT)),
@@ -138,8 +150,15 @@ def _replay(runs: Path, tag: str, case: Case, out: Path) -> subprocess.Popen[byt
         argv += ["--set", override]
     env = {**os.environ, descendants.TAG_VAR: tag, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+
+    def ignore() -> None:
+        for sig in case.ignored:
+            signal.signal(sig, signal.SIG_IGN)
+
     with open(out, "wb") as sink:
-        return subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, env=env, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=ignore
+        )
 
 
 @pytest.mark.parametrize(("index", "case"), list(enumerate(CASES)), ids=[c.id for c in CASES])
@@ -181,7 +200,7 @@ def test_a_signalled_replay_leaves_no_process_behind(
         assert code == -KILL
         return
     assert "Traceback" not in text, text
-    first = case.signals[0]
+    first = case.stopping
     if finished_first:
         assert code == 0
     elif manifest is None:  # so early that the interpreter's defaults may still rule

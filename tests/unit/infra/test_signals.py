@@ -12,6 +12,8 @@ import pytest
 
 from sessiongen.infra import procs, signals
 
+pytestmark = pytest.mark.usefixtures("stop_signals_answered")
+
 
 def test_the_first_signal_interrupts_and_later_ones_only_hurry() -> None:
     before = signal.getsignal(signal.SIGTERM)

@@ -161,6 +161,7 @@ def test_closed_stdin_stops_it_with_a_request_in_flight(
     assert sim.proc.wait(timeout=EXIT_DEADLINE_S) == 0
 
 
+@pytest.mark.usefixtures("stop_signals_answered")  # before busy_sim starts its child
 def test_a_second_signal_ends_a_stopping_simulator_at_once(
     busy_sim: tuple[SimHandle, socket.socket],
 ) -> None:
