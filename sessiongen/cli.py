@@ -908,6 +908,14 @@ def fit_cmd(
     "target.sim.pool_capacity_gib=1:256 (integers when both ends are).",
 )
 @click.option(
+    "--find-by",
+    type=click.Choice(["verdict", "objective"]),
+    default="verdict",
+    show_default=True,
+    help="What --find brackets: the pool's verdict, or where each cache arm stops meeting "
+    "the scenario's [objective] (goodput's interval against its attainment).",
+)
+@click.option(
     "--find-steps",
     type=click.IntRange(1),
     default=6,
@@ -928,6 +936,7 @@ def plan_cmd(
     seeds: int,
     pays_at: float,
     find_spec: str | None,
+    find_by: str,
     find_steps: int,
     progress: bool,
     overrides: tuple[str, ...],
@@ -943,7 +952,8 @@ def plan_cmd(
 
     Each configuration runs --seeds times; the decision table gives the pool's gain
     (whole session, later turns) and goodput with 95% intervals and a verdict against
-    --pays-at. --find KEY=LOW:HIGH bisects one key for where the verdict changes.
+    --pays-at. --find KEY=LOW:HIGH bisects one key for where the verdict changes
+    (--find-by objective: where each arm stops meeting the objective).
     """
     from sessiongen.capacity import plan as plan_mod
     from sessiongen.capacity.grid import Config, Vary
@@ -954,7 +964,7 @@ def plan_cmd(
     sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
     sweep = SweepOptions(jobs, cast(Executor, executor), address)
     if find_spec is not None:
-        from sessiongen.capacity.find import find
+        from sessiongen.capacity.find import FindBy, find
 
         def point(value: float, rows: object) -> None:
             click.echo(f"planned {find_spec.partition('=')[0]}={value:g}")
@@ -962,12 +972,15 @@ def plan_cmd(
         found = find(
             scenario_file, find_spec, overrides=sets, varies=parsed, runs_dir=Path(runs_dir),
             tokens=cast(Tokens, tokens), sweep=sweep, seeds=seeds, pays_at=pays_at,
-            steps=find_steps, on_point=point,
+            steps=find_steps, on_point=point, by=cast(FindBy, find_by),
         )  # fmt: skip
         click.echo(
             plan_mod.console_table(found.out, [Vary(found.key, ()), *parsed], decision_only=True)
         )
-        click.echo(f"Where the verdict flips (pays at {pays_at:g}, {seeds} seeds):")
+        if found.by == "objective":
+            click.echo(f"Where each arm stops meeting the objective ({seeds} seeds):")
+        else:
+            click.echo(f"Where the verdict flips (pays at {pays_at:g}, {seeds} seeds):")
         for line in found.lines():
             click.echo(f"  {line}")
         click.echo(f"find: {found.out}")

@@ -19,6 +19,12 @@
   replicates' records pooled, :func:`arm_stability`), its queue grows with the run and
   the gain depends on the run's length: the verdict is "unstable (OFF queue grows)"
   (or ON, or both) instead, whatever the interval says.
+- **Objective** (:func:`objective_verdict`): per cache arm, "meets" when the whole 95%
+  interval of its goodput (share of turns within ``objective.ttft_s``, sessions the
+  clusters) lies at or above ``objective.attainment``, "misses" when wholly below or the
+  arm is unstable (its queue grows: no share holds for a longer run), "undecided"
+  otherwise or below the pooled sessions a verdict needs. ``--find KEY --find-by
+  objective`` bisects this, per arm, for where each stops meeting the objective.
 - **Bisection** (:func:`bisect`): where a verdict changes along one numeric key, on a
   function assumed monotone there: first the last value with the low end's verdict,
   then (when an undecided region lies between) the first with the high end's, each
@@ -44,6 +50,7 @@ from sessiongen.records.run import Run
 from sessiongen.scenario.spec import Scenario
 
 Verdict = Literal["pays", "does not pay", "undecided"]
+ObjectiveVerdict = Literal["meets", "misses", "undecided"]
 VERDICTS: tuple[Verdict, ...] = ("does not pay", "undecided", "pays")
 #: The verdict of a cell whose OFF, ON or both arms are unstable (module doc).
 UNSTABLE_VERDICTS = {
@@ -71,6 +78,22 @@ def verdict(low: float | None, high: float | None, pays_at: float) -> Verdict:
         return "pays"
     if high < pays_at:
         return "does not pay"
+    return "undecided"
+
+
+def objective_verdict(
+    low: float | None, high: float | None, attainment: float, *, stable: bool | None = True
+) -> ObjectiveVerdict:
+    """One arm's goodput interval ``[low, high]`` against ``attainment`` (module doc); an
+    unstable arm misses, a missing or NaN bound is "undecided"."""
+    if stable is False:
+        return "misses"
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return "undecided"
+    if low >= attainment:
+        return "meets"
+    if high < attainment:
+        return "misses"
     return "undecided"
 
 
@@ -164,18 +187,33 @@ def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
     """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain;
     "undecided" below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled sessions,
     where the interval covers far less than it says (more ``--seeds`` decide); an
-    unstable verdict where ``stable_off`` or ``stable_on`` is false (module doc)."""
+    unstable verdict where ``stable_off`` or ``stable_on`` is false (module doc). With
+    an objective (``attainment`` set), ``objective_off`` and ``objective_on`` too."""
+    rows = list(whatif.iter_rows(named=True))
+    enough = [(r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS for r in rows]
     verdicts = [
         unstable_verdict(r.get("stable_off"), r.get("stable_on"))
-        or (
-            verdict(r["session_gain_low"], r["session_gain_high"], pays_at)
-            if (r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS
-            else "undecided"
-        )
-        for r in whatif.iter_rows(named=True)
+        or (verdict(r["session_gain_low"], r["session_gain_high"], pays_at) if ok else "undecided")
+        for r, ok in zip(rows, enough, strict=True)
     ]
+    objectives = {
+        f"objective_{arm}": [
+            None
+            if r.get("attainment") is None
+            else objective_verdict(
+                r.get(f"good_turns_{arm}_low") if ok else None,
+                r.get(f"good_turns_{arm}_high") if ok else None,
+                r["attainment"],
+                stable=r.get(f"stable_{arm}"),
+            )
+            for r, ok in zip(rows, enough, strict=True)
+        ]
+        for arm in ("off", "on")
+    }
     return whatif.with_columns(
-        pl.lit(pays_at).alias("pays_at"), pl.Series("verdict", verdicts, dtype=pl.String)
+        pl.lit(pays_at).alias("pays_at"),
+        pl.Series("verdict", verdicts, dtype=pl.String),
+        *(pl.Series(name, values, dtype=pl.String) for name, values in objectives.items()),
     )
 
 

@@ -8,6 +8,11 @@ already planned. The find folder ``runs/find-<scenario>-<time>/`` holds the runs
 ``whatif.parquet`` (every value's rows, the key a column), ``brackets.parquet`` (per cell:
 the verdicts at the range's ends, the last value with the first, the first with the
 last, the undecided values between) and ``report/``, whose headline is the brackets.
+
+``by="objective"`` (``--find-by objective``) bisects each cache arm's objective verdict
+(meets / misses / undecided, :func:`~sessiongen.capacity.decision.objective_verdict`)
+instead of the pool's: per cell and arm, where it stops meeting ``[objective]`` (the
+load or size the pool lets the deployment reach is the ON arm's bracket beside OFF's).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -38,6 +43,10 @@ from sessiongen.records import io
 from sessiongen.report.document import Element, Heading, Paragraph, Table
 from sessiongen.report.whatif import whole_levels, write_whatif_report
 
+FindBy = Literal["verdict", "objective"]
+#: The cell key a find key sets itself (its rows move with the value, so it names no cell).
+MOVES = {"load.levels": "load_level", "sessions.initial_context_tokens": "context_tokens"}
+
 
 @dataclass(frozen=True)
 class Found:
@@ -47,6 +56,7 @@ class Found:
     key: str
     cells: list[tuple[dict[str, Any], Bracket]]
     integer: bool = False  # the key's values are integers
+    by: FindBy = "verdict"
 
     def lines(self) -> list[str]:
         """One line per cell: its keys, then its bracket."""
@@ -75,9 +85,11 @@ def find(
     pays_at: float = DEFAULT_PAYS_AT,
     steps: int = DEFAULT_STEPS,
     on_point: Callable[[float, pl.DataFrame], None] | None = None,
+    by: FindBy = "verdict",
 ) -> Found:
-    """Bisect ``spec``'s key (``KEY=LOW:HIGH``) per cell for where its verdict changes
-    (module doc); ``on_point(value, rows)`` as each value's plan finishes."""
+    """Bisect ``spec``'s key (``KEY=LOW:HIGH``) per cell for where its verdict (or, ``by``
+    objective, each arm's objective verdict) changes (module doc); ``on_point(value,
+    rows)`` as each value's plan finishes."""
     sweep = sweep or SweepOptions()
     sweep.check()
     check_decision(seeds, pays_at)
@@ -85,6 +97,8 @@ def find(
     if key in {v.key for v in varies}:
         raise UserError(f"--find {key}: the key is also in --vary; give it to one of them")
     first_grid = configs(path, [*overrides, f"{key}={value_text(low, integer=integer)}"], varies)
+    if by == "objective" and first_grid[0].scenario.objective.ttft_s is None:
+        raise UserError(f"--find-by objective: {path}: objective.ttft_s is not set")
     out = new_plan_folder(runs_dir, "find", first_grid[0].scenario.name)
     planned: dict[float, tuple[pl.DataFrame, pl.DataFrame, list[Config]]] = {}
 
@@ -102,17 +116,22 @@ def find(
                 on_point(x, whatif)
         return planned[x][0]
 
-    cell_keys = [*(v.key for v in varies), *ARM]
+    cell_keys = [k for k in (*(v.key for v in varies), *ARM) if k != MOVES.get(key)]
     cells = [dict(zip(cell_keys, k, strict=True)) for k in evaluate(low).select(cell_keys).rows()]
+    if by == "objective":
+        cells = [{**cell, "cache": arm} for cell in cells for arm in ("off", "on")]
     found: list[tuple[dict[str, Any], Bracket]] = []
     for cell in cells:
 
         def verdict_at(x: float, cell: dict[str, Any] = cell) -> str:
-            rows = evaluate(x).filter(*(pl.col(k) == v for k, v in cell.items()))
-            return str(rows["verdict"][0]) if rows.height else "undecided"
+            arm = cell.get("cache")
+            keys = {k: v for k, v in cell.items() if k != "cache"}
+            rows = evaluate(x).filter(*(pl.col(k) == v for k, v in keys.items()))
+            column = "verdict" if arm is None else f"objective_{arm}"
+            return str(rows[column][0]) if rows.height and rows[column][0] else "undecided"
 
         found.append((cell, bisect(verdict_at, low, high, integer=integer, steps=steps)))
-    result = Found(out, key, found, integer)
+    result = Found(out, key, found, integer, by)
     _write(result, planned, varies, seeds)
     return result
 
@@ -152,12 +171,14 @@ def _write(
     io.atomic_write_parquet(found.out / "turns.parquet", turns)
     io.atomic_write_parquet(found.out / "brackets.parquet", brackets)
     key_vary = Vary(found.key, tuple(dict.fromkeys(whatif[found.key].to_list())))
+    what = "each arm's objective verdict" if found.by == "objective" else "the verdict"
     extra: list[Element] = [
-        Heading(f"Where the verdict flips along {found.key}"),
+        Heading(f"Where {what} flips along {found.key}"),
         Paragraph(
-            "Bisection per cell (the last value with the low end's verdict, the first with "
-            "the high end's, the undecided values planned between them); every value "
-            "planned is a row of the decision table above."
+            f"Bisection per cell{' and cache arm' if found.by == 'objective' else ''} (the "
+            "last value with the low end's verdict, the first with the high end's, the "
+            "undecided values planned between them); every value planned is a row of the "
+            "decision table above."
         ),
         Table(whole_levels(_whole_values(brackets, found.integer).drop("flips")), max_rows=200),
     ]

@@ -58,9 +58,16 @@ WHATIF_COLUMNS = {
     "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on, modeled s",
     "good_turns_off": "share of turns with TTFT within the objective, pool off",
     "good_turns_on": "share of turns with TTFT within the objective, pool on",
-    "good_turns_on_low": "lower end of that share's 95% interval (sessions the clusters: "
-    "Wilson with design effect, Korn & Graubard 1998)",
-    "good_turns_on_high": "upper end of that share's 95% interval",
+    "good_turns_off_low": "lower end of that share's 95% interval, pool off (sessions the "
+    "clusters: Wilson with design effect, Korn & Graubard 1998)",
+    "good_turns_off_high": "upper end of that share's 95% interval, pool off",
+    "good_turns_on_low": "lower end of that share's 95% interval, pool on",
+    "good_turns_on_high": "upper end of that share's 95% interval, pool on",
+    "attainment": "the objective's attainment: the share of good turns an arm needs to meet "
+    "it (null without an [objective])",
+    "objective_off": "meets (goodput's whole interval >= attainment), misses (wholly below, "
+    "or the arm is unstable), undecided (straddles it, or too few sessions), pool off",
+    "objective_on": "the same, pool on",
     "local_hit_rate_on": "prompt tokens served from the replica's own cache, pool on",
     "pool_hit_rate_on": "prompt tokens served from the shared pool, pool on",
     "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on, "

@@ -270,22 +270,25 @@ def _later_gain(run: Run) -> pl.DataFrame:
 
 
 def _goodput(ok: pl.DataFrame, target: float) -> pl.DataFrame:
-    """Per arm, pool on: the share of turns within the objective, sessions the clusters
-    (:func:`~sessiongen.analysis.stats.clustered_share`)."""
-    per = (
-        ok.filter(pl.col("cache") == "on")
-        .group_by([*ARM, "session_index"])
-        .agg((pl.col("ttft_s") <= target).sum().alias("good"), pl.len().alias("turns"))
+    """Per arm and cache arm: the share of turns within the objective's 95% interval,
+    sessions the clusters (:func:`~sessiongen.analysis.stats.clustered_share`), wide
+    (``good_turns_off_low`` .. ``good_turns_on_high``)."""
+    per = ok.group_by([*ARM, "cache", "session_index"]).agg(
+        (pl.col("ttft_s") <= target).sum().alias("good"), pl.len().alias("turns")
     )
-    rows = []
-    for key, sub in per.group_by(ARM):
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, sub in per.group_by([*ARM, "cache"]):
         share = clustered_share(sub["good"].to_numpy(), sub["turns"].to_numpy())
-        rows.append(
-            {**dict(zip(ARM, key, strict=True)), "good_turns_on_low": share.low,
-             "good_turns_on_high": share.high}
-        )  # fmt: skip
-    return pl.DataFrame(rows, schema=per.select(ARM).schema | {
-        "good_turns_on_low": pl.Float64, "good_turns_on_high": pl.Float64})  # fmt: skip
+        row = rows.setdefault(key[:-1], dict(zip(ARM, key[:-1], strict=True)))
+        row[f"good_turns_{key[-1]}_low"], row[f"good_turns_{key[-1]}_high"] = share.low, share.high
+    return pl.DataFrame(
+        list(rows.values()),
+        schema=per.select(ARM).schema | {c: pl.Float64 for c in GOODPUT_BOUNDS},
+    )
+
+
+#: The goodput interval's columns, per cache arm.
+GOODPUT_BOUNDS = tuple(f"good_turns_{c}_{end}" for c in ("off", "on") for end in ("low", "high"))
 
 
 def whatif_rows(run: Run) -> pl.DataFrame:
@@ -325,10 +328,7 @@ def whatif_rows(run: Run) -> pl.DataFrame:
     if target:
         wide = wide.join(_goodput(ok, target), on=ARM, how="left")
     else:
-        wide = wide.with_columns(
-            pl.lit(None, dtype=pl.Float64).alias("good_turns_on_low"),
-            pl.lit(None, dtype=pl.Float64).alias("good_turns_on_high"),
-        )
+        wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in GOODPUT_BOUNDS)
     return wide.select(
         *ARM,
         "session_gain",
@@ -344,9 +344,14 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         pl.col("ttft_p50_s_on").alias("ttft_p50_on_s"),
         pl.col("ttft_p90_s_on").alias("ttft_p90_on_s"),
         pl.col("good_turns").alias("good_turns_off"),
+        "good_turns_off_low",
+        "good_turns_off_high",
         pl.col("good_turns_on"),
         "good_turns_on_low",
         "good_turns_on_high",
+        pl.lit(objective.get("attainment") if target else None, dtype=pl.Float64).alias(
+            "attainment"
+        ),
         pl.col("local_hit_on").alias("local_hit_rate_on"),
         pl.col("pool_hit_on").alias("pool_hit_rate_on"),
         pl.col("queue_p90_s_on").alias("queue_p90_on_s"),
@@ -377,7 +382,7 @@ def console_table(out: Path, varies: Sequence[Vary], *, decision_only: bool = Fa
     pays_at = float(whatif["pays_at"][0])
     replicates = int(whatif["replicates"][0])
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True,
-                   tbl_hide_column_data_types=True, tbl_width_chars=200,
+                   tbl_hide_column_data_types=True, tbl_width_chars=260,
                    fmt_str_lengths=60):  # fmt: skip
         text = (
             f"Decision (PLANNED): does the pool pay, session gain >= {pays_at:g}? "

@@ -251,10 +251,12 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
         row["later-turn gain [95% CI]"] = (
             _with_interval(r["later_gain"], r["later_gain_low"], r["later_gain_high"]) + mark
         )
-        if goodput:
-            row["goodput on [95% CI]"] = _with_interval(
-                r["good_turns_on"], r["good_turns_on_low"], r["good_turns_on_high"]
-            )
+        if goodput:  # each arm's goodput, then whether it meets the objective
+            for arm in ("off", "on"):
+                row[f"goodput {arm} [95% CI]"] = _with_interval(
+                    r[f"good_turns_{arm}"], r.get(f"good_turns_{arm}_low"),
+                    r.get(f"good_turns_{arm}_high"),
+                ) + (f" {r[f'objective_{arm}']}" if r.get(f"objective_{arm}") else "")  # fmt: skip
         row["sessions"] = r["sessions"]
         row["verdict"] = r["verdict"]
         rows.append(row)
@@ -268,7 +270,9 @@ DECISION_METHOD = (
     "Gains are OFF / ON ratios of medians (whole-session time; TTFT of turns 2..), their "
     "95% intervals a paired bootstrap over sessions (expanded percentile, Hesterberg 2015, "
     "2,000 resamples), the unit a session of one replicate, every replicate's sessions "
-    "pooled; goodput's interval is Wilson's with the sessions' design effect. The verdict "
+    "pooled; goodput's interval is Wilson's with the sessions' design effect, and an arm "
+    "meets the objective when that interval lies wholly at or above its attainment, misses "
+    "it when wholly below or unstable. The verdict "
     "reads the session gain's interval: pays when it lies wholly at or above the "
     "threshold, does not pay when wholly below, undecided when it straddles it. "
     "An arm is unstable at a level where its TTFT grows more than "

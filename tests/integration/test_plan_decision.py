@@ -103,3 +103,43 @@ def test_a_level_that_overloads_the_off_arm_is_unstable_not_pays(
         assert text.count("unstable (OFF queue grows)") == 1
         assert text.count("] (unstable)") == 2  # the heavy cell's two gains, marked
     assert "An arm is unstable at a level where" in decision
+
+
+def test_find_by_objective_brackets_each_arm_along_the_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Along the arrival rate (a key that sets the cells' own load level): pool off
+    recomputes every 128k prefix and stops meeting the 40 s objective (unstable at 0.08
+    sessions/s), and each arm gets a bracket of its own."""
+    main([
+        "plan", str(ROOT / "scenarios" / "load128k.toml"), "--seeds", "2", "--no-progress",
+        "--runs-dir", str(tmp_path), "--set", 'placement.policies=["alternate"]',
+        "--set", "sessions.turns=3", "--find-by", "objective",
+        "--find", "load.levels=0.005:0.08", "--find-steps", "1",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    (folder,) = tmp_path.glob("find-*")
+    brackets = pl.read_parquet(folder / "brackets.parquet").sort("cache")
+    assert brackets["cache"].to_list() == ["off", "on"]
+    assert "load_level" not in brackets.columns  # the key moves it: it names no cell
+    off = brackets.row(0, named=True)
+    assert off["last_verdict"] == "misses" and off["flips"]
+    whatif = pl.read_parquet(folder / "whatif.parquet").sort("load_level")
+    top = whatif.row(-1, named=True)
+    assert top["load_level"] == 0.08 and top["objective_off"] == "misses"
+    assert top["stable_off"] is False  # an arm whose queue grows misses, whatever its share
+    for r in whatif.iter_rows(named=True):
+        for arm in ("off", "on"):
+            assert r[f"good_turns_{arm}_low"] <= r[f"good_turns_{arm}_high"]
+    assert "Where each arm stops meeting the objective" in out
+    assert "cache off: " in out and "cache on: " in out
+    report = (folder / "report" / "report.md").read_text()
+    assert "Where each arm's objective verdict flips along load.levels" in report
+
+
+def test_find_by_objective_needs_an_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", str(SMOKE), "--find-by", "objective", "--find", "target.sim.replicas=1:2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--find-by objective" in err and "objective.ttft_s" in err and len(err.splitlines()) == 1

@@ -10,6 +10,7 @@ import pytest
 from sessiongen.capacity.decision import (
     STRIDE,
     bisect,
+    objective_verdict,
     parse_find,
     pooled,
     replicate_sets,
@@ -148,3 +149,26 @@ def test_pooled_blocks_apart_numbers_each_replicates_blocks_of_its_own() -> None
     assert pooled(runs).requests["block"].to_list() == [0, 1, 0, 1]  # type: ignore[arg-type]
     apart = pooled(runs, blocks_apart=True)  # type: ignore[arg-type]
     assert apart.requests["block"].to_list() == [0, 1, STRIDE, STRIDE + 1]
+
+
+def test_an_arm_meets_the_objective_only_with_its_whole_interval_above_attainment() -> None:
+    assert objective_verdict(0.92, 0.99, 0.9) == "meets"
+    assert objective_verdict(0.9, 0.99, 0.9) == "meets"
+    assert objective_verdict(0.5, 0.89, 0.9) == "misses"
+    assert objective_verdict(0.85, 0.95, 0.9) == "undecided"
+    assert objective_verdict(None, 0.95, 0.9) == "undecided"
+    assert objective_verdict(float("nan"), 0.95, 0.9) == "undecided"
+    assert objective_verdict(0.95, 0.99, 0.9, stable=False) == "misses"  # its queue grows
+    assert objective_verdict(0.95, 0.99, 0.9, stable=None) == "meets"  # not known: the share
+
+
+def test_with_verdicts_gives_each_arm_an_objective_verdict_when_there_is_one() -> None:
+    rows = pl.DataFrame({
+        "session_gain_low": [1.2, 1.2, 1.2], "session_gain_high": [1.5, 1.5, 1.5],
+        "sessions": [12, 3, 12], "attainment": [0.9, 0.9, None],
+        "good_turns_off_low": [0.5, 0.95, 0.5], "good_turns_off_high": [0.7, 0.99, 0.7],
+        "good_turns_on_low": [0.91, 0.95, 0.91], "good_turns_on_high": [0.99, 0.99, 0.99],
+    })  # fmt: skip
+    out = with_verdicts(rows, 1.1)
+    assert out["objective_off"].to_list() == ["misses", "undecided", None]  # 3 sessions: too few
+    assert out["objective_on"].to_list() == ["meets", "undecided", None]  # no objective: null
