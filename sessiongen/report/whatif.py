@@ -98,7 +98,7 @@ def whatif_figure(
     parts = [
         k
         for k in ("placement", *(v.key for v in varies[1:]), "context_tokens", "load_level")
-        if whatif[k].n_unique() > 1
+        if whatif[k].n_unique() > 1 and not _set_by(whatif, k, x_key)
     ]
     level = level_name(arrival)
     title = f"What if: the pool's gain and median TTFT against {x_key}"
@@ -130,6 +130,9 @@ def whatif_figure(
         ]
         line = gain.errorbar(xs, ys, yerr=yerr, marker=marker, color=colour, label=name, capsize=3)
         lines.append(line)
+        shaky = [(x, y) for x, y, r in zip(xs, ys, rows, strict=True) if _unstable(r)]
+        if shaky:  # its gain depends on the run's length: ringed, named in the legend
+            gain.scatter(*zip(*shaky, strict=True), **UNSTABLE_RING)
         for cache, (style, face) in ARM_STYLE.items():
             ttft.plot(
                 xs,
@@ -166,6 +169,10 @@ def whatif_figure(
                markerfacecolor=face or "#333333", label=f"pool {cache}")
         for cache, (style, face) in ARM_STYLE.items()
     ]  # fmt: skip
+    if any(_unstable(r) for r in whatif.iter_rows(named=True)):
+        arms.append(Line2D([], [], linestyle="none", marker="o", markersize=11,
+                           markerfacecolor="none", markeredgecolor=UNSTABLE_RING["edgecolors"],
+                           label="unstable: a queue grows"))  # fmt: skip
     right = ttft.legend(handles=arms, title="cache arm", handlelength=3.5, **OUTSIDE)
     ttft.add_artist(right)
     if len(lines) > 1:
@@ -177,6 +184,24 @@ def whatif_figure(
             bbox_to_anchor=(1.01, 0.62),
         )
     return fig
+
+
+#: How a gain whose cell has an unstable arm is marked in the figure (a ring around it).
+UNSTABLE_RING: dict[str, Any] = {
+    "s": 170, "facecolors": "none", "edgecolors": "#cc2222", "linewidths": 1.4, "zorder": 5,
+    "gid": "unstable",
+}  # fmt: skip
+
+
+def _set_by(frame: pl.DataFrame, part: str, x_key: str) -> bool:
+    """``part`` is the x key's value under another name (``--find load.levels`` sets the
+    cells' ``load_level``): one value per x and one x per value, no line of its own."""
+    pairs = frame.select(part, x_key).unique()
+    return pairs.height == frame[part].n_unique() == frame[x_key].n_unique()
+
+
+def _unstable(row: dict[str, Any]) -> bool:
+    return str(row.get("verdict") or "").startswith("unstable")
 
 
 def _gap(value: float | None, bound: float | None, *, below: bool) -> float:

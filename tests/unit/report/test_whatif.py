@@ -156,3 +156,34 @@ def test_a_one_arm_plan_over_a_wide_range_still_draws() -> None:
     assert any("no session gain" in t.get_text() for t in gain.texts)
     on_points = [y for line in ttft.get_lines() for y in line.get_ydata() if y == y]
     assert len(on_points) == frame.height
+
+
+def test_gains_of_cells_with_an_unstable_arm_are_ringed_and_named() -> None:
+    frame = synthetic().with_columns(
+        pl.Series("verdict", ["pays", "unstable (OFF queue grows)", "pays", "does not pay"])
+    )
+    fig = whatif_figure(frame, VARIES, "note")
+    gain, ttft = fig.axes[:2]
+    rings = [c for c in gain.collections if c.get_gid() == "unstable"]
+    ringed = [tuple(float(v) for v in xy) for c in rings for xy in c.get_offsets()]
+    assert ringed == [(16.0, 1.1)]  # the unstable cell's gain (pool 16, turns 3), and only it
+    texts = {t.get_text() for lg in legends(ttft) for t in lg.get_texts()}
+    assert "unstable: a queue grows" in texts
+    stable = whatif_figure(synthetic(), VARIES, "note")
+    texts = {t.get_text() for lg in legends(stable.axes[1]) for t in lg.get_texts()}
+    assert "unstable: a queue grows" not in texts
+
+
+def test_a_key_that_sets_the_load_level_draws_one_line_along_it() -> None:
+    """``--find load.levels``: each value is its cells' load level, so the level is the x
+    axis, not a line per level (one point each, a legend of every value)."""
+    levels = ("0.01", "0.02", "0.04")
+    frame = pl.DataFrame({
+        "load.levels": levels, "placement": ["alternate"] * 3, "context_tokens": [2048] * 3,
+        "load_level": [0.01, 0.02, 0.04], "session_gain": [1.5, 2.0, 3.0],
+        "ttft_p50_off_s": [1.0, 2.0, 4.0], "ttft_p50_on_s": [0.5, 0.6, 0.7],
+    })  # fmt: skip
+    fig = whatif_figure(frame, [Vary("load.levels", levels)], "note", arrival="poisson")
+    gain = fig.axes[0]
+    assert any(list(ln.get_ydata()) == [1.5, 2.0, 3.0] for ln in gain.get_lines())
+    assert "one line per" not in fig.get_suptitle()
