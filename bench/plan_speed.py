@@ -8,8 +8,10 @@ think time, 100-token answers, pool on (one block; the scenario's OFF block doub
 it). ``--hours`` plans that many modeled hours (3,600 sessions an hour) and
 extrapolates to 24; ``--full-day`` plans all 86,400 sessions. Then how the cost per
 request grows with replicas (at the same load per replica), context length and
-arrival rate. CPU seconds are the process's own (``time.process_time``), steadier
-than wall time on a shared machine; the load average is printed beside them.
+arrival rate. CPU seconds are the process's own (``time.process_time``, user plus
+system), steadier than wall time on a shared machine; the load average is printed
+beside them. System time is mostly first touches of fresh memory (page faults), so it
+is printed apart: it falls as the planner keeps less.
 
 Prints, asserts nothing: the figures depend on the machine and on what else runs.
 """
@@ -63,9 +65,11 @@ def main() -> None:
     cpu, wall, n, ok = plan_once([f"sessions.count={sessions}"])
     print(describe(f"day128k, {hours:g} modeled h, 8 replicas", cpu, wall, n))
     ttft = ok["ttft_s"].quantile(0.5), ok["ttft_s"].quantile(0.9)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         f"  modeled TTFT p50 {ttft[0]:.3f} s, p90 {ttft[1]:.3f} s; peak memory "
-        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+        f"{usage.ru_maxrss / 1024:.0f} MB; the process so far {usage.ru_utime:.1f} s user + "
+        f"{usage.ru_stime:.1f} s system ({usage.ru_minflt:,} page faults)"
     )
     if not args.full_day:
         print(f"  a day (24 h) at this rate: {cpu * 24 / hours:.0f} s CPU per block")

@@ -39,7 +39,9 @@ sessions have texts of their own, so none is a shape for the others.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import heapq
 import itertools
 import os
@@ -639,6 +641,27 @@ class _Records:
         return pl.concat(self._frames)
 
 
+#: The cyclic collector's youngest-generation threshold while a block runs.
+_GC_THRESHOLD = 100_000
+
+
+@contextlib.contextmanager
+def _rare_collections() -> Iterator[None]:
+    """Run a block with the cyclic garbage collector waking a hundred times less often.
+
+    A block allocates millions of small objects that are freed by reference counting
+    (the engine makes no cycles), so the collector's frequent passes find nothing:
+    a modeled hour of day128k spent 0.8 s of its 10 s in 629 of them, and 0.09 s in 3
+    with this threshold, at the same peak memory. Results do not depend on it.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(_GC_THRESHOLD, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def check_plannable(scenario: Scenario) -> None:
     """A one-line :class:`ScenarioError` for what the planner cannot model."""
     for placement in scenario.placement.policies:
@@ -788,7 +811,8 @@ def plan_run(
             start_s=start,
             warmup_tokens=warmup_tokens(scenario),
         )
-        took = runner.run()
+        with _rare_collections():
+            took = runner.run()
         bar.close()
         entry["ended_at"] = io.now_iso()
         entry["modeled_s"] = took
