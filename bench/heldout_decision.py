@@ -120,7 +120,7 @@ def planned(profile: Path, size: str, out: Path, seeds: int, pays_at: float) -> 
         *SIZES[size][1],
     ]
     t0 = time.process_time()
-    folder = plan.plan(DECISION, overrides=sets, runs_dir=out / "plans", seeds=seeds,
+    folder = plan.plan(DECISION, overrides=sets, runs_dir=out / f"plans-{size}", seeds=seeds,
                        pays_at=pays_at)  # fmt: skip
     print(f"  planned {size}: {time.process_time() - t0:.0f} s of CPU here", flush=True)
     return pl.read_parquet(folder / "whatif.parquet")

@@ -46,10 +46,13 @@ def measured_decision(run: Run, pays_at: float) -> pl.DataFrame:
 
 
 def _side(frame: pl.DataFrame, keys: Sequence[str], name: str) -> pl.DataFrame:
-    cols = [f"{g}{end}" for g in GAINS for end in ("", "_low", "_high")]
     return frame.select(
         *keys,
-        *(pl.col(c).alias(f"{c}_{name}") for c in cols),
+        *(
+            pl.col(f"{g}{end}").alias(f"{g}_{name}{end}")
+            for g in GAINS
+            for end in ("", "_low", "_high")
+        ),
         pl.col("sessions").alias(f"sessions_{name}"),
         pl.col("verdict").alias(f"verdict_{name}"),
     )
