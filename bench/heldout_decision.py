@@ -42,7 +42,8 @@ measured intervals straddle 1.1 (6 sessions per cell on a loaded machine). Where
 pool matters most, alternate 12k, the plan is within 6% at one in flight on both sizes
 and at four on the small cache, but 23-48% low at two (both sizes) and at four on the
 large (two, large: planned 0.74, measured 1.42): the profile has no loaded terms yet
-(issue 22 item 3), so under load pool loads are modeled in the step, ahead of the other session's work. Fixed placement on the
+(issue 22 item 3), so under load pool loads are modeled in the step, ahead of the other
+session's work. Fixed placement on the
 large cache is planned at exactly 1.0 (no pool traffic) and measured 0.79-0.91: the
 pool's cost on every request (LMCache lookups and stores on a miss), also item 3's. The
 fit itself ran at load average 8.5 (pool_load_fixed_s 0.57 s against the shipped
