@@ -75,10 +75,17 @@ FIRST_TOKEN_PARAMS = (
     "attn_s_per_ktok2",
     "pool_load_fixed_s",
     "pool_s_per_gb",
+    "pool_store_s_per_gb",
 )
 DECODE_PARAMS = ("itl_base_s", "itl_per_ktok_s")
 #: Which member of a set of parameters the runs cannot separate is held at 0 first.
-HOLD_ORDER = (OVERHEAD, "attn_s_per_ktok2", "pool_s_per_gb", "itl_per_ktok_s")
+HOLD_ORDER = (
+    OVERHEAD,
+    "pool_store_s_per_gb",
+    "attn_s_per_ktok2",
+    "pool_s_per_gb",
+    "itl_per_ktok_s",
+)
 #: Singular values below this share of the largest (columns at unit length) count as 0.
 #: Exact collinearity leaves ~1e-16; the probe's designs are at 1e-2 or above.
 RANK_TOLERANCE = 1e-9
@@ -108,6 +115,9 @@ class Requests:
     session: IntArray  # the resampling unit
     stratum: IntArray  # (run, context size) of the session
     run: IntArray
+    # 1 where the request ran with the pool on and so stored what it computed (all 0
+    # when the runs hold one arm: the store cost is then inside the prefill cost)
+    store: Array
 
     @property
     def size(self) -> int:
@@ -140,7 +150,9 @@ def first_token_design(r: Requests, knots: Sequence[int], kv_bytes: float) -> Ar
     attn = (r.n / 1000.0) ** 2 - (hit / 1000.0) ** 2
     pool_on = (r.pool > 0).astype(np.float64)
     pool_gb = r.pool * kv_bytes / 1e9
-    return np.column_stack([np.ones_like(u), u, attn, pool_on, pool_gb, hat(r.local, knots)])
+    stored_gb = r.store * (r.n - hit) * kv_bytes / 1e9
+    columns = [np.ones_like(u), u, attn, pool_on, pool_gb, stored_gb, hat(r.local, knots)]
+    return np.column_stack(columns)
 
 
 def decode_design(r: Requests) -> tuple[Array, Array]:

@@ -3,15 +3,20 @@
 The simulator models one request's time to first token, when nothing queues, as
 (:mod:`sessiongen.sim.model`)::
 
-    TTFT = H(local) + a u + b ((n^2 - h^2)) + [pool > 0] (c0 + pool * kv / BW) + ITL(n)
+    TTFT = H(local) + a u + b ((n^2 - h^2)) + [pool > 0] (c0 + pool * kv / BW)
+           + [pool on] s u kv + ITL(n)
 
 in thousands of tokens for ``n`` (prompt), ``u`` (recomputed), ``h`` (hit = local +
 pool), with ``H`` the local-hit overhead (piecewise linear over the locally hit
 tokens, 0 without a local hit), ``c0`` the fixed cost of a pool load and ``BW`` the
-pool-to-GPU bandwidth for ``kv`` bytes per token; ``ITL(n) = itl_base + itl_k n`` is
-the decode step at batch 1. A measured TTFT also holds time no engine step accounts
-for: the client, HTTP, the server's tokenization (and, in a simulated run, the
-client's and the simulator's lateness divided by the time scale). The fit gives it a
+pool-to-GPU bandwidth for ``kv`` bytes per token, ``s`` the cost of storing computed KV
+in the pool (``pool_store_s_per_gb``: paid only by requests of the pool-on arm, so it
+is told apart from the prefill cost only when the runs hold both arms' requests; with
+one arm it is held at 0 and reported not identified, its cost inside ``a``), and
+``ITL(n) = itl_base + itl_k n`` the decode step at batch 1. A measured TTFT also holds
+time no engine step accounts for: the client, HTTP, the server's tokenization (and,
+in a simulated run, the client's and the simulator's lateness divided by the time
+scale). The fit gives it a
 term of its own, the *request overhead* ``c`` paid by every request, fitted with
 either sign; without it the constant lands in the prefill cost (cold requests have
 no other constant) and in ``H`` and ``c0``, and their intervals miss the truth.
@@ -29,7 +34,7 @@ distinct local-hit sizes), so the fit is (numerics and their sources in
 Only requests that ran alone are used (exact hit attribution: ``hit_source`` counters,
 older runs' counter deltas, or the planner's own account at one session in flight), so
 no queueing is in their times. Intervals are percentile bootstrap intervals over
-sessions, stratified by run and context size (rescaled for the few sessions each
+sessions, stratified by run, context size and cache arm (rescaled for the few sessions each
 size has), runs resampled too when several are given, 2,000 resamples, seeded; failed
 resamples are counted. Parameters the runs
 cannot determine are reported as *not identified by these runs*, with the design's
@@ -94,6 +99,7 @@ __all__ = [
 ]
 
 RESAMPLES = 2000
+STORE = "pool_store_s_per_gb"
 #: Bootstrap draws written to the profile file for the planner (``[[fit.draw]]``).
 DRAWS_WRITTEN = 20
 CONFIDENCE = 0.95
@@ -166,6 +172,7 @@ class Fit:
             attn_s_per_ktok2=v["attn_s_per_ktok2"],
             pool_load_fixed_s=max(0.0, v["pool_load_fixed_s"] + c),
             pool_bandwidth_gbps=v["pool_bandwidth_gbps"],
+            pool_store_s_per_gb=v.get(STORE, 0.0),
             hit_overhead_tokens=list(self.knots),
             hit_overhead_s=[0.0, *(max(0.0, v[estimate.knot_name(k)] + c) for k in self.knots[1:])],
             itl_base_s=v["itl_base_s"],
@@ -236,6 +243,7 @@ def observations(run_dirs: Sequence[str | Path]) -> Observation:
                 (pl.col("prompt_tokens") + tokens / 2).alias("decode_ctx"),
                 "server_ttft_s",
                 "context_tokens",
+                (pl.col("cache") == "on").cast(pl.Float64).alias("pool_on"),
                 pl.lit(index).alias("run"),
                 pl.concat_str(pl.lit(run.run_id), pl.col("block"), pl.col("session_id")).alias(
                     "unit"
@@ -285,14 +293,15 @@ def choose_knots(local_hits: NDArray[np.float64], most: int = MOST_KNOTS) -> tup
 
 
 def _requests(f: pl.DataFrame) -> Requests:
-    """The frame's rows as arrays, with their session and (run, context size) stratum."""
+    """The frame's rows as arrays, with their session and (run, context size, cache arm)
+    stratum (the arms' sessions have different turns: a resample keeps both designs)."""
     unit_ids = f["unit"].unique(maintain_order=True).to_list()
     index = {u: i for i, u in enumerate(unit_ids)}
     session = np.array([index[u] for u in f["unit"].to_list()], dtype=np.int64)
     first = f.group_by("unit", maintain_order=True).agg(
-        pl.col("run").first(), pl.col("context_tokens").first()
+        pl.col("run").first(), pl.col("context_tokens").first(), pl.col("pool_on").first()
     )
-    strata = {row[0]: (row[1], row[2]) for row in first.iter_rows()}
+    strata = {row[0]: (row[1], row[2], row[3]) for row in first.iter_rows()}
     keys = sorted(set(strata.values()))
     stratum_of = {u: keys.index(k) for u, k in strata.items()}
     return Requests(
@@ -305,7 +314,14 @@ def _requests(f: pl.DataFrame) -> Requests:
         session=session,
         stratum=np.array([stratum_of[u] for u in unit_ids], dtype=np.int64)[session],
         run=f["run"].to_numpy().astype(np.int64),
+        store=_stores(f),
     )
+
+
+def _stores(f: pl.DataFrame) -> NDArray[np.float64]:
+    """1 for requests of the pool-on arm, when the runs hold both arms (else all 0)."""
+    on = f["pool_on"].to_numpy().astype(np.float64)
+    return on if 0.0 < on.mean() < 1.0 else np.zeros_like(on)
 
 
 def _bandwidth(s_per_gb: float) -> float:
@@ -328,8 +344,11 @@ def _identify(r: Requests, knots: Sequence[int], kv_bytes: float) -> Design:
     return Design(first, decode)
 
 
-def _not_identified(design: Design, values: dict[str, float]) -> dict[str, str]:
-    """Parameters the runs do not determine, and why (held ones say so)."""
+def _not_identified(
+    design: Design, values: dict[str, float], one_arm: str | None = None
+) -> dict[str, str]:
+    """Parameters the runs do not determine, and why (held ones say so); ``one_arm``:
+    the cache arm every request ran in, when the runs hold only one."""
     out: dict[str, str] = {}
     for ident in (design.first_token, design.decode):
         for name, why in ident.unidentified.items():
@@ -340,6 +359,11 @@ def _not_identified(design: Design, values: dict[str, float]) -> dict[str, str]:
             out[name] = "at its bound 0"
     if "pool_s_per_gb" in out:
         out["pool_bandwidth_gbps"] = "from pool_s_per_gb, " + out["pool_s_per_gb"]
+    if one_arm is not None:
+        out[STORE] = (
+            f"every request ran with the pool {one_arm}: a store cost is inside "
+            "prefill_s_per_ktok; run both arms (design.cache = [off, on]); held at 0"
+        )
     return out
 
 
@@ -385,7 +409,9 @@ def fit(
     values = dict(full.values)
     values["pool_bandwidth_gbps"] = _bandwidth(values["pool_s_per_gb"])
     values = _ordered(values, knots)
-    unknown = _not_identified(design, values)
+    arms = f["pool_on"].unique().to_list()
+    one_arm = None if len(arms) > 1 else ("on" if arms[0] == 1.0 else "off")
+    unknown = _not_identified(design, values, one_arm)
     boot = estimate.bootstrap(
         r, knots, kv_bytes_per_token, full, held=design.held, resamples=resamples, seed=seed
     )
@@ -472,7 +498,7 @@ def predict(f: pl.DataFrame, values: dict[str, float], knots: Sequence[int], kv:
     coef = np.array([values.get(n, 0.0) for n in names])
     n, local, pool = (f[c].to_numpy().astype(np.float64) for c in ("n", "local", "pool"))
     zero, none = np.zeros_like(n), np.zeros(n.size, dtype=np.int64)
-    r = Requests(n, local, pool, zero, zero, zero, none, none, none)
+    r = Requests(n, local, pool, zero, zero, zero, none, none, none, _stores(f))
     itl = values["itl_base_s"] + values["itl_per_ktok_s"] * n / 1000.0
     return estimate.first_token_design(r, knots, kv) @ coef + itl
 
@@ -514,12 +540,13 @@ def _header_lines(result: Fit) -> list[str]:
         if boot.runs > 1:
             unit = (
                 f"unit: run, then session ({boot.runs} runs; {boot.sessions} sessions "
-                f"resampled within each run and context size, {boot.strata} strata)"
+                f"resampled within each run, context size and cache arm, {boot.strata} "
+                "strata)"
             )
         else:
             unit = (
                 f"unit: session ({boot.sessions} sessions, resampled within each of "
-                f"{boot.strata} context sizes)"
+                f"{boot.strata} strata: context size and cache arm)"
             )
         lines.append(
             f"intervals: {CONFIDENCE:.0%} percentile bootstrap, {unit}; {boot.resamples} "

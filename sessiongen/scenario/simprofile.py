@@ -19,6 +19,7 @@ without importing the simulator itself. Every field can be overridden with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sessiongen.scenario.schema import spec
 
@@ -65,6 +66,20 @@ class SimProfile:
         10.0, gt=0, doc="pool-to-GPU load rate, GB/s, shared by every replica loading at once"
     )
     pool_load_fixed_s: float = spec(0.040, ge=0, doc="fixed cost of a pool lookup that hits")
+    # Not in the study (its cold column is the pool-off arm's): what storing the KV a
+    # step computes costs that step with the pool on. `sessiongen fit` measures it from
+    # cold requests of both arms; 0 keeps the study's figures.
+    pool_store_s_per_gb: float = spec(
+        0.0,
+        ge=0,
+        doc="step time per GB of KV the step computes and stores in the pool (pool on), s",
+    )
+    # vLLM's KV connectors may load synchronously (the step that admits the request
+    # waits for its load: every request in the batch waits too) or asynchronously (the
+    # request waits apart, blocks allocated, and joins a later step once its KV is in).
+    pool_load_mode: Literal["sync", "async"] = spec(
+        "sync", doc="sync: a pool load holds the engine step | async: it runs beside the steps"
+    )
     pool_corruption: float = spec(
         0.0,
         ge=0,

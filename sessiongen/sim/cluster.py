@@ -16,11 +16,12 @@ load goes first on the link, is decided in modeled-time order, the same way unde
 clocks. Simultaneous events go arrivals first, so requests that arrive at the moment a
 step ends join the next step.
 
-An arrival at an idle replica wakes it at the arrival time; the served driver submits
-requests after parsing them, so that time may lie a little in the past, which is how
-the simulator's own work is absorbed rather than added. Listeners hear of each step
-when it is formed (who was admitted, preempted, who samples a token at its end) and
-when it ends (who finished).
+An arrival at an idle replica wakes it at the arrival time, and so does the end of an
+asynchronous pool load (``pool_load_mode = "async"``) at a replica with nothing else to
+do; the served driver submits requests after parsing them, so that time may lie a
+little in the past, which is how the simulator's own work is absorbed rather than
+added. Listeners hear of each step when it is formed (who was admitted, preempted, who
+samples a token at its end) and when it ends (who finished).
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ class Cluster:
         self._steps[r] = new
         if new is None:
             self._idle_since[r] = t
+            ready = sched.next_ready()
+            if ready is not None:  # an asynchronous pool load wakes it when it ends
+                self._wake_at[r] = max(ready, t)
+                self._push_boundary(r, max(ready, t))
             return
         if self.collapse:
             sched.extend(new)

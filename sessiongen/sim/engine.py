@@ -381,7 +381,9 @@ class Replica:
         self.metrics = ReplicaMetrics(world.model_name, index)
         sched = self.scheduler
         self.metrics.watch(
-            lambda: len(sched.running), lambda: len(sched.waiting), lambda: sched.kv.usage
+            lambda: len(sched.running),
+            lambda: len(sched.waiting) + len(sched.loading),
+            lambda: sched.kv.usage,
         )
         self.metrics.set_info(world.time_scale, world.shared_cache)
 

@@ -18,7 +18,11 @@ Under load the scheduler (:mod:`sessiongen.sim.scheduler`) prices each engine st
 the same terms, which is why they are additive:
 
     step = sum(hit overheads of requests admitted in it) + wait for their pool loads
-         + sum(prefill_s(chunk, tokens before the chunk)) + decode_step_s(seqs, context)
+         + sum(prefill_s(chunk, tokens before the chunk)) + pool_store_s(chunk tokens)
+         + decode_step_s(seqs, context)
+
+(the wait for pool loads only when they are synchronous, ``pool_load_mode = "sync"``; the
+store cost only with the pool on.)
 
 ``prefill_s`` telescopes over the chunks of one prompt (a cold prompt cut into chunks
 costs exactly one cold prefill), and ``decode_step_s`` for one sequence is one ITL, so a
@@ -93,6 +97,13 @@ def pool_transfer_s(profile: SimProfile, pool_tokens: int) -> float:
     """Modeled seconds the pool's link is busy moving ``pool_tokens`` tokens of KV."""
     transfer = pool_tokens * profile.kv_bytes_per_token / (profile.pool_bandwidth_gbps * 1e9)
     return profile.slowdown * transfer
+
+
+def pool_store_s(profile: SimProfile, tokens: int) -> float:
+    """Modeled seconds a step spends storing the KV of ``tokens`` computed tokens in the
+    pool (``pool_store_s_per_gb``; only with the pool on)."""
+    gb = tokens * profile.kv_bytes_per_token / 1e9
+    return profile.slowdown * profile.pool_store_s_per_gb * gb
 
 
 def decode_step_s(profile: SimProfile, seqs: int, context_tokens: int) -> float:

@@ -21,7 +21,15 @@ One engine step (``Scheduler.schedule`` in vllm/v1/core/sched/scheduler.py):
 
 The step's duration (:mod:`sessiongen.sim.model`): the hit overheads of the requests
 admitted in it, the wait for their pool loads (over the pool's FIFO link), the prefill
-of every chunk, and one decode part for all sequences that sample. State changes when a
+of every chunk, storing the computed KV in the pool (pool on), and one decode part for
+all sequences that sample.
+
+Pool loads are synchronous by default (``pool_load_mode = "sync"``: the admitting step
+waits for them, and so does everybody in its batch). Asynchronous (``"async"``, vLLM's
+``WAITING_FOR_REMOTE_KVS``): a request with a pool hit is admitted (blocks allocated,
+hits counted, hit overhead paid) but waits apart until its load ends, then joins the
+running batch at the next step that starts at or after that; the steps meanwhile do not
+wait, and none is collapsed into a run while a load is pending. State changes when a
 step is scheduled (as vLLM's ``_update_after_schedule``); what the step makes visible
 to others (full KV blocks for lookups, chunks in the pool) appears at its end
 (:meth:`ReplicaScheduler.complete`).
@@ -46,7 +54,7 @@ from numpy.typing import NDArray
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import split_hit
 from sessiongen.sim.kvcache import KVCache, KVHold
-from sessiongen.sim.model import decode_step_s, hit_overhead_s, prefill_s
+from sessiongen.sim.model import decode_step_s, hit_overhead_s, pool_store_s, prefill_s
 from sessiongen.sim.pool import Pool
 
 
@@ -77,6 +85,7 @@ class SimRequest:
         "preemptions",
         "prefilling",
         "prompt_tokens",
+        "ready_at",
         "running_at_admission",
         "tag",
         "waiting_at_admission",
@@ -114,6 +123,7 @@ class SimRequest:
         self.running_at_admission = 0
         self.waiting_at_admission = 0
         self.pool_stored = 0  # prompt chunks stored in the pool so far (-1: all, refreshed)
+        self.ready_at = 0.0  # asynchronous pool load: when its KV is in
         self.aborted = False
 
     @property
@@ -170,7 +180,8 @@ class Step:
         # Whether an arrival could be admitted at the next boundary (an empty waiting
         # queue and budget left): only then does an arrival cut a run short.
         self.open = False
-        self.parts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+        # overhead, load wait, prefill, store, decode (modeled s)
+        self.parts: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)
 
     def boundary(self, steps: int) -> float:
         """When the first ``steps`` steps of the run end."""
@@ -188,6 +199,8 @@ class ReplicaScheduler:
         self.kv = KVCache(profile.local_cache_tokens // block, block)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
+        self.loading: list[SimRequest] = []  # admitted, waiting for an asynchronous load
+        self.async_loads = profile.pool_load_mode == "async"
         self.preemptions = 0
         self.steps = 0
 
@@ -202,12 +215,26 @@ class ReplicaScheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.running and not self.waiting and not self.loading
+
+    def next_ready(self) -> float | None:
+        """When the first pending asynchronous load ends (None: none pending)."""
+        return min((r.ready_at for r in self.loading), default=None)
+
+    def _take_loaded(self, now: float) -> None:
+        """Requests whose asynchronous loads have ended join the running batch, in the
+        order their loads end."""
+        ready = sorted((r for r in self.loading if r.ready_at <= now), key=lambda r: r.ready_at)
+        if ready:
+            self.loading = [r for r in self.loading if r.ready_at > now]
+            self.running.extend(ready)
 
     # --- scheduling -------------------------------------------------------------------
 
     def schedule(self, now: float) -> Step | None:
         """Form the step that starts at ``now`` (None when there is nothing to do)."""
+        if self.loading:
+            self._take_loaded(now)
         if not self.running and not self.waiting:
             return None
         step = Step(now)
@@ -218,14 +245,17 @@ class ReplicaScheduler:
         overhead, load_done = 0.0, now
         if self.waiting and not step.preempted:
             overhead, load_done, budget = self._schedule_waiting(step, budget, now)
+        if not step.work and not step.admitted:
+            return None  # the queue's head waits for blocks that pending loads hold
         prefill, seqs, context = 0.0, 0, 0
-        prefills, prompt_done = 0, False
+        prefills, prompt_done, stored = 0, False, 0
         sampled, first = step.sampled, []
         for req, n in step.work:
             computed, prefilling = req.computed, req.prefilling
             if prefilling:
                 prefill += prefill_s(p, n, computed)
                 prefills += 1
+                stored += n
             computed += n
             req.computed = computed
             if computed == req.prompt_tokens + req.generated:
@@ -240,7 +270,13 @@ class ReplicaScheduler:
                         first.append(req)
             elif prefilling:
                 step.partial = req
-        step.steady = not step.admitted and not step.preempted and not prompt_done and prefills <= 1
+        step.steady = (
+            not step.admitted
+            and not step.preempted
+            and not prompt_done
+            and prefills <= 1
+            and not self.loading
+        )
         step.open = (
             step.partial is None
             and budget > 0
@@ -249,8 +285,9 @@ class ReplicaScheduler:
         )
         decode = decode_step_s(p, seqs, context)
         load = load_done - now
-        step.parts = (overhead, load, prefill, decode)
-        step.duration = overhead + load + prefill + decode
+        store = pool_store_s(p, stored) if stored and self.pool.on else 0.0
+        step.parts = (overhead, load, prefill, store, decode)
+        step.duration = overhead + load + prefill + store + decode
         step.end = now + step.duration
         for req in first:
             req.first_token_at = step.end
@@ -286,7 +323,8 @@ class ReplicaScheduler:
         kv, p = self.kv, self.profile
         block = kv.block_tokens
         overhead, load_done = 0.0, now
-        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
+        most = p.max_num_seqs
+        while self.waiting and budget > 0 and len(self.running) + len(self.loading) < most:
             req = self.waiting[0]
             limit = req.num_tokens - 1  # the last token is always computed
             match = kv.match(req.keys, limit // block)
@@ -307,16 +345,25 @@ class ReplicaScheduler:
             req.computed = computed
             req.prefilling = True
             overhead += hit_overhead_s(p, local)
+            loads_apart = False
             if external:
-                load_done = max(load_done, self.pool.load(now, external))
+                done = self.pool.load(now, external)
+                loads_apart = self.async_loads
+                if loads_apart:
+                    req.ready_at = done
+                else:
+                    load_done = max(load_done, done)
             if req.admitted_at is None:  # vLLM reports the first admission's hits
                 req.admitted_at = now
                 req.local_hit, req.pool_hit = local, external
                 req.kv_blocks_at_admission = used_before
                 req.running_at_admission = len(self.running)
                 req.waiting_at_admission = len(self.waiting)
-            self.running.append(req)
             step.admitted.append(req)
+            if loads_apart:
+                self.loading.append(req)  # no budget: it computes nothing in this step
+                continue
+            self.running.append(req)
             step.work.append((req, n))
             budget -= n
         return overhead, load_done, budget
@@ -494,6 +541,8 @@ class ReplicaScheduler:
         req.aborted = True
         if req in self.waiting:
             self.waiting.remove(req)
+        if req in self.loading:
+            self.loading.remove(req)
         if req.hold is not None:
             self.kv.release(req.hold)
             req.hold = None

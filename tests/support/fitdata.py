@@ -2,7 +2,10 @@
 
 Each session is one context size: a cold turn, then the paths asked for (a local hit,
 a cross-replica pool hit), one request at a time (``hit_source`` counters), so the fit
-uses every request. Times are the model's (:func:`sessiongen.sim.model.request_timing`)
+uses every request. The pool-off arm (block 1, by default; its noise drawn apart, so
+the pool-on arm's draws do not depend on it) has the same sessions without the pool
+turn; the pool-on arm's requests pay the pool's store cost for what they compute.
+Times are the model's (:func:`sessiongen.sim.model.request_timing`)
 times ``1 + noise * N(0, 1)``, seeded; the decode time (``e2e - ttft``) gets its own draw.
 """
 
@@ -35,31 +38,38 @@ def probe_rows(
     pool_sizes: Sequence[int] | None = None,
     run_id: str = "probe",
     server_error_s: float | None = None,
+    arms: Sequence[str] = ("on", "off"),
 ) -> list[dict[str, Any]]:
     """One record per request. ``pool_sizes``: the context sizes whose sessions have the
     pool turn (default: all). ``server_error_s``: the run is simulated, the client's
     TTFT that much above the server's own (``server_ttft_s``)."""
-    rng = np.random.default_rng(seed)
+    rngs = {"on": np.random.default_rng(seed), "off": np.random.default_rng([seed, 1])}
     rows: list[dict[str, Any]] = []
-    for size in sizes:
-        for rep in range(reps):
-            session = f"s{size}-{rep}"
-            turns = [p for p in paths if p != "pool" or pool_sizes is None or size in pool_sizes]
-            for turn, path in enumerate(turns, start=1):
-                n = size if path == "cold" else size + 32
-                local = size if path == "local" else 0
-                pool = size // 256 * 256 if path == "pool" else 0
-                modeled = model.request_timing(profile, n, local, pool).ttft_s
-                ttft = modeled * (1 + noise * rng.standard_normal())
-                itl = model.itl_s(profile, n + OUTPUT_TOKENS // 2, 1)
-                decode = (OUTPUT_TOKENS - 1) * itl * (1 + noise * rng.standard_normal())
-                server = None
-                if server_error_s is not None:
-                    server, ttft = ttft, ttft + server_error_s
-                rows.append(
+    for block, cache, size, rep in (
+        (b, c, size, rep) for b, c in enumerate(arms) for size in sizes for rep in range(reps)
+    ):
+        session = f"{cache}-s{size}-{rep}"
+        rng = rngs[cache]
+        turns = [p for p in paths if p != "pool" or pool_sizes is None or size in pool_sizes]
+        if cache == "off":
+            turns = [p for p in turns if p != "pool"]
+        for turn, path in enumerate(turns, start=1):
+            n = size if path == "cold" else size + 32
+            local = size if path == "local" else 0
+            pool = size // 256 * 256 if path == "pool" else 0
+            modeled = model.request_timing(profile, n, local, pool).ttft_s
+            if cache == "on":
+                modeled += model.pool_store_s(profile, n - local - pool)
+            ttft = modeled * (1 + noise * rng.standard_normal())
+            itl = model.itl_s(profile, n + OUTPUT_TOKENS // 2, 1)
+            decode = (OUTPUT_TOKENS - 1) * itl * (1 + noise * rng.standard_normal())
+            server = None
+            if server_error_s is not None:
+                server, ttft = ttft, ttft + server_error_s
+            rows.append(
                     {
-                        "run_id": run_id, "block": 0, "block_in_placement": 0,
-                        "placement": "move-at:2", "cache": "on", "session_id": session,
+                        "run_id": run_id, "block": block, "block_in_placement": block,
+                        "placement": "move-at:2", "cache": cache, "session_id": session,
                         "session_index": 0, "context_tokens": size, "turn": turn,
                         "replica": 0, "cross_replica": path == "pool", "warmup": False,
                         "status": "ok", "prompt_tokens": n, "local_hit_tokens": local,
@@ -100,6 +110,7 @@ def truth(profile: SimProfile, knots: Sequence[int]) -> dict[str, float]:
         "pool_load_fixed_s": profile.pool_load_fixed_s,
         "pool_s_per_gb": 1.0 / profile.pool_bandwidth_gbps,
         "pool_bandwidth_gbps": profile.pool_bandwidth_gbps,
+        "pool_store_s_per_gb": profile.pool_store_s_per_gb,
         "itl_base_s": profile.itl_base_s,
         "itl_per_ktok_s": profile.itl_per_ktok_s,
     }

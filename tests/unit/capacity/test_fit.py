@@ -27,6 +27,7 @@ TRUTH = SimProfile(
     attn_s_per_ktok2=2e-4,
     pool_load_fixed_s=0.02,
     pool_bandwidth_gbps=5.0,
+    pool_store_s_per_gb=2.0,
     kv_bytes_per_token=2048,
     hit_overhead_tokens=(0, 2000, 8000, 16000),
     hit_overhead_s=(0.0, 0.01, 0.03, 0.05),
@@ -64,7 +65,7 @@ def test_noisy_data_give_estimates_near_the_truth_with_intervals(tmp_path: Path)
 #: transfer (1 GB/s: 33 ms at 16k) as well as its fixed cost (bench/fit_coverage.py).
 VISIBLE = SimProfile(
     prefill_s_per_ktok=0.05, attn_s_per_ktok2=2e-4, pool_load_fixed_s=0.02,
-    pool_bandwidth_gbps=1.0, kv_bytes_per_token=2048,
+    pool_bandwidth_gbps=1.0, kv_bytes_per_token=2048, pool_store_s_per_gb=2.0,
     hit_overhead_tokens=(0, 2000, 8000, 16000), hit_overhead_s=(0.0, 0.01, 0.03, 0.05),
     itl_base_s=0.004, itl_per_ktok_s=2e-4,
 )  # fmt: skip
@@ -95,8 +96,8 @@ def test_pool_hits_at_one_size_are_reported_as_not_identified(tmp_path: Path) ->
         assert name in result.not_identified, name
         line = next(x for x in fit.summary_text(result).splitlines() if name in x)
         assert "not identified by these runs" in line, line
-    assert result.design is not None and result.design.first_token.rank == 8
-    assert "columns, rank 8," in fit.summary_text(result)
+    assert result.design is not None and result.design.first_token.rank == 9
+    assert "columns, rank 9," in fit.summary_text(result)
     assert "prefill_s_per_ktok" not in result.not_identified
     sim = SimProfile(**{k: tuple(v) if isinstance(v, list) else v
                         for k, v in result.profile().items()})  # fmt: skip
@@ -115,6 +116,7 @@ def test_a_run_of_the_simulators_engine_gives_back_its_parameters(tmp_path: Path
             "target.kind=sim",
             "sessions.count=2",
             "sessions.initial_context_tokens=[1024, 2048, 4096]",
+            "target.sim.pool_store_s_per_gb=1.0",
         ],
     )
     run = virtual_replay(sc, tmp_path)
@@ -175,7 +177,7 @@ def test_several_runs_are_resampled_so_run_to_run_variation_is_in_the_interval(
     low, high = result.low["prefill_s_per_ktok"], result.high["prefill_s_per_ktok"]
     assert low <= 0.0505 and high >= 0.0545, (low, high)
     assert result.resampling is not None and result.resampling.runs == 2
-    assert "unit: run, then session (2 runs; 24 sessions" in fit.summary_text(result)
+    assert "unit: run, then session (2 runs; 48 sessions" in fit.summary_text(result)
 
 
 def test_failed_resamples_are_counted_and_said(tmp_path: Path) -> None:
@@ -235,7 +237,8 @@ def test_the_cli_writes_the_profile_or_refuses_in_one_line(
     assert "prefill_s_per_ktok" in capsys.readouterr().out
     # Every interval says what it is over.
     assert (
-        "unit: session (12 sessions, resampled within each of 4 context sizes); "
+        "unit: session (24 sessions, resampled within each of 8 strata: context size and "
+        "cache arm); "
         "1000 resamples, 0 failed" in out.read_text()
     )
     bad = write_probe_run(tmp_path / "bad", TRUTH, noise=0.0, seed=0, paths=("cold", "local"))

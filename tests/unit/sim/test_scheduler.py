@@ -279,7 +279,7 @@ def test_a_collapsed_prefill_run_keeps_every_boundary_and_pool_chunk_time() -> N
     assert hits == sorted(hits) and 0 < hits[0] < hits[-1] < 900
 
 
-def sessions_workload(collapse: bool) -> tuple[list[RequestResult], int]:
+def sessions_workload(collapse: bool, **changes: Any) -> tuple[list[RequestResult], int]:
     """Sessions with think time and live answers on 2 replicas, a small KV cache."""
     p = profile(
         replicas=2,
@@ -289,6 +289,7 @@ def sessions_workload(collapse: bool) -> tuple[list[RequestResult], int]:
         itl_per_ktok_s=0.5,
         attn_s_per_ktok2=0.5,
         pool_load_fixed_s=0.002,
+        **changes,
     )
     rng = np.random.default_rng(7)
     d = VirtualDriver(p, collapse=collapse)
@@ -310,9 +311,19 @@ def sessions_workload(collapse: bool) -> tuple[list[RequestResult], int]:
     return d.run(), d.cluster.events
 
 
-def test_collapsing_decode_runs_changes_nothing_but_the_event_count() -> None:
-    stepped, stepped_events = sessions_workload(collapse=False)
-    collapsed, collapsed_events = sessions_workload(collapse=True)
+LOADED_TERMS = [
+    {},
+    {"pool_store_s_per_gb": 50.0},
+    {"pool_load_mode": "async", "pool_store_s_per_gb": 50.0},
+]
+
+
+@pytest.mark.parametrize("changes", LOADED_TERMS, ids=["default", "store", "async+store"])
+def test_collapsing_decode_runs_changes_nothing_but_the_event_count(
+    changes: dict[str, Any],
+) -> None:
+    stepped, stepped_events = sessions_workload(collapse=False, **changes)
+    collapsed, collapsed_events = sessions_workload(collapse=True, **changes)
     key = lambda r: (r.tag[0], r.tag[1])  # noqa: E731
     a, b = sorted(stepped, key=key), sorted(collapsed, key=key)
     assert len(a) == len(b) == 48
@@ -340,3 +351,59 @@ def test_the_virtual_driver_refuses_what_cannot_be_simulated() -> None:
     d.run()
     with pytest.raises(ValueError, match="before now"):
         d.submit(Arrival(0.5, 0, tokens(0, 10), 1))
+
+
+# --- the loaded terms: the pool's store cost, asynchronous loads ------------------------
+
+
+@pytest.mark.parametrize("pool_on", [False, True])
+def test_storing_computed_kv_costs_its_step_only_with_the_pool_on(pool_on: bool) -> None:
+    # 100 tokens x 1000 bytes = 1e-4 GB at 100 s/GB: 10 ms in the step that computes them.
+    p = profile(pool_store_s_per_gb=100.0)
+    d = Traced(p, shared_cache=pool_on)
+    d.submit(Arrival(0.0, 0, tokens(0, 150), 1, tag="A"))  # steps of 100 and 50 tokens
+    r = by_tag(d.run())
+    store = 0.010 + 0.005 if pool_on else 0.0
+    assert r["A"].ttft_s == pytest.approx(0.150 + 0.010 + store)
+    assert [round(end - start, 9) for _r, start, end, *_ in d.trace] == pytest.approx(
+        [0.100 + (0.010 if pool_on else 0.0), 0.050 + 0.010 + (0.005 if pool_on else 0.0)]
+    )
+
+
+def decode_beside_a_load(mode: str, with_load: bool = True) -> dict[Any, RequestResult]:
+    """Replica 0 stores 200 tokens; on replica 1 a request decodes 100 tokens from 0.5 s
+    while another arrives at 1.0 s and finds those 200 tokens in the pool."""
+    d = VirtualDriver(pool_profile(replicas=2, pool_load_mode=mode))
+    x = tokens(0, 200)
+    d.submit(Arrival(0.0, 0, x, 1, tag="X"))
+    d.submit(Arrival(0.5, 1, tokens(5000, 30), 100, tag="D"))
+    if with_load:
+        d.submit(Arrival(1.0, 1, np.concatenate([x, [7]]), 1, tag="Y"))
+    return by_tag(d.run())
+
+
+def test_a_synchronous_load_holds_the_decodes_in_its_step_and_an_asynchronous_one_does_not() -> (
+    None
+):
+    load = 0.005 + 0.200  # fixed cost, then 200 tokens on the link
+    alone = decode_beside_a_load("sync", with_load=False)["D"].finished_s
+    sync, later = decode_beside_a_load("sync"), decode_beside_a_load("async")
+    assert sync["Y"].pool_hit_tokens == later["Y"].pool_hit_tokens == 200
+    # Sync: D's step at Y's admission waits for the load (plus Y's 1-token prefill and
+    # one more sequence in the batch).
+    assert sync["D"].finished_s - alone == pytest.approx(load + 0.001 + 0.001, abs=2e-3)
+    # Async: D never waits for it; Y joins the first step after its load, then one step.
+    assert later["D"].finished_s - alone == pytest.approx(0.002, abs=1.5e-3)
+    assert load + 0.011 < later["Y"].ttft_s < load + 0.011 + 0.012
+    assert later["Y"].admitted_s == pytest.approx(sync["Y"].admitted_s)
+
+
+def test_an_asynchronous_load_alone_on_its_replica_takes_as_long_as_a_synchronous_one() -> None:
+    def alone(mode: str) -> float:
+        d = VirtualDriver(pool_profile(replicas=2, pool_load_mode=mode))
+        x = tokens(0, 200)
+        d.submit(Arrival(0.0, 0, x, 1))
+        d.submit(Arrival(1.0, 1, np.concatenate([x, [7]]), 1, tag="Y"))
+        return by_tag(d.run())["Y"].ttft_s
+
+    assert alone("async") == pytest.approx(alone("sync")) == pytest.approx(0.216)
