@@ -827,6 +827,10 @@ def fit_cmd(
     interval over sessions (and over runs, when several are given), or says that the
     runs do not identify it, then the design's rank, warnings and the residuals per
     cell; writes a profile that --set target.sim.profile=OUTPUT loads.
+
+    Runs with sessions in flight together (scenarios/fitprobe-load.toml) give the loaded
+    terms: decode batching and whether pool loads hold the engine step, chosen by
+    planning those runs under each candidate; it says which the runs identify.
     """
     from sessiongen.capacity import fit
 

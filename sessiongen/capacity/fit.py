@@ -53,7 +53,9 @@ reproduces the measured local and pool TTFTs, and models cold ones short by ``c`
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +74,7 @@ from sessiongen.capacity.estimate import (
     Identification,
     Requests,
 )
+from sessiongen.capacity.loaded import LoadedFit
 from sessiongen.errors import UserError
 from sessiongen.infra.files import atomic_write_bytes
 from sessiongen.launch.tinymodel import BUILTIN_TINY
@@ -159,6 +162,7 @@ class Fit:
     design: Design | None = None
     resampling: estimate.Resampling | None = None
     warnings: tuple[str, ...] = ()
+    loaded: LoadedFit | None = None  # the loaded terms, when loaded runs were given
 
     def profile(self, values: dict[str, float] | None = None) -> dict[str, Any]:
         """The ``[target.sim]`` parameters this fit gives (the request overhead added
@@ -178,6 +182,8 @@ class Fit:
             itl_base_s=v["itl_base_s"],
             itl_per_ktok_s=v["itl_per_ktok_s"],
         )
+        if self.loaded is not None:
+            out.update(self.loaded.profile())
         return out
 
     def draws(self, most: int = DRAWS_WRITTEN) -> list[dict[str, Any]]:
@@ -387,7 +393,24 @@ def fit_runs(
             "--kv-bytes-per-token (2 x layers x KV heads x head dim x dtype bytes)"
         )
     fixed = structure.structure(meta, kv_bytes_per_token=kv)
-    return fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, resamples=resamples, seed=seed)
+    result = fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, resamples=resamples, seed=seed)
+    return with_loaded(result, run_dirs, seed=seed)
+
+
+def with_loaded(result: Fit, run_dirs: Sequence[str | Path], *, seed: int = 0) -> Fit:
+    """``result`` with the loaded terms fitted to the runs among ``run_dirs`` that had
+    sessions in flight together (:mod:`.loaded`); unchanged when none had."""
+    from sessiongen.capacity import loaded
+
+    busy = [d for d in run_dirs if loaded.is_loaded(load_run(d))]
+    if not busy:
+        return result
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = write_profile(result, Path(tmp) / "alone.toml")
+        terms = loaded.fit_loaded(busy, profile, result.values["itl_base_s"], seed=seed)
+    unknown = dict(result.not_identified)
+    unknown.update(terms.not_identified)
+    return dataclasses.replace(result, loaded=terms, not_identified=unknown)
 
 
 def fit(
@@ -580,6 +603,7 @@ def profile_toml(result: Fit) -> str:
     lines.append(f"# from {result.requests} requests of runs: {runs}")
     lines += [f"# {line}" for line in result.warnings]
     lines += [f"# {line}" for line in _residual_lines(result)]
+    lines += [f"# {line}" for line in _loaded_lines(result)]
     missing = structure.unknown(result.fixed)
     if missing:
         lines.append(f"# not told by the runs (set them for your pair): {', '.join(missing)}")
@@ -615,7 +639,20 @@ def summary_text(result: Fit) -> str:
     """The fitted values with intervals, then warnings and the residuals, as plain text."""
     lines = [f"fitted on {result.requests} requests that ran alone:"]
     lines += _header_lines(result)
-    return "\n".join(lines + list(result.warnings) + _residual_lines(result))
+    lines += list(result.warnings) + _residual_lines(result)
+    return "\n".join(lines + _loaded_lines(result))
+
+
+def _loaded_lines(result: Fit) -> list[str]:
+    from sessiongen.capacity import loaded
+
+    if result.loaded is None:
+        return [
+            "loaded terms (itl_per_batch_s, pool_load_mode): not fitted, no run with "
+            "sessions in flight together (scenarios/fitprobe-load.toml makes one); the "
+            "profile keeps the defaults"
+        ]
+    return loaded.summary_lines(result.loaded)
 
 
 def _residual_lines(result: Fit) -> list[str]:
