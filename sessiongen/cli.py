@@ -838,6 +838,7 @@ def fit_cmd(
         [Path(d) for d in run_dirs],
         kv_bytes_per_token=kv_bytes_per_token,
         resamples=resamples or fit.RESAMPLES,
+        progress=True,
     )
     click.echo(fit.summary_text(result))
     click.echo(f"profile: {fit.write_profile(result, Path(output))}")

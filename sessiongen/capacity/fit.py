@@ -379,6 +379,7 @@ def fit_runs(
     kv_bytes_per_token: int | None = None,
     resamples: int = RESAMPLES,
     seed: int = 0,
+    progress: bool = False,
 ) -> Fit:
     """:func:`fit` with the model's KV size and the pair's structure (KV block and
     cache, scheduler limits, pool chunk and size: :mod:`.structure`) taken from the
@@ -394,10 +395,12 @@ def fit_runs(
         )
     fixed = structure.structure(meta, kv_bytes_per_token=kv)
     result = fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, resamples=resamples, seed=seed)
-    return with_loaded(result, run_dirs, seed=seed)
+    return with_loaded(result, run_dirs, seed=seed, progress=progress)
 
 
-def with_loaded(result: Fit, run_dirs: Sequence[str | Path], *, seed: int = 0) -> Fit:
+def with_loaded(
+    result: Fit, run_dirs: Sequence[str | Path], *, seed: int = 0, progress: bool = False
+) -> Fit:
     """``result`` with the loaded terms fitted to the runs among ``run_dirs`` that had
     sessions in flight together (:mod:`.loaded`); unchanged when none had."""
     from sessiongen.capacity import loaded
@@ -407,7 +410,8 @@ def with_loaded(result: Fit, run_dirs: Sequence[str | Path], *, seed: int = 0) -
         return result
     with tempfile.TemporaryDirectory() as tmp:
         profile = write_profile(result, Path(tmp) / "alone.toml")
-        terms = loaded.fit_loaded(busy, profile, result.values["itl_base_s"], seed=seed)
+        itl = result.values["itl_base_s"]
+        terms = loaded.fit_loaded(busy, profile, itl, seed=seed, progress=progress)
     unknown = dict(result.not_identified)
     unknown.update(terms.not_identified)
     return dataclasses.replace(result, loaded=terms, not_identified=unknown)

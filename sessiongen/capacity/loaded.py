@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from tqdm import tqdm
 
 from sessiongen import scenario
 from sessiongen.capacity.virtual import virtual_replay
@@ -191,9 +192,11 @@ def fit_loaded(
     resamples: int = RESAMPLES,
     seed: int = 0,
     work_dir: Path | None = None,
+    progress: bool = False,
 ) -> LoadedFit:
     """Fit the loaded terms to the loaded runs in ``run_dirs`` (module doc), planning
-    them with the profile in ``profile_file`` (the alone fit's)."""
+    them with the profile in ``profile_file`` (the alone fit's). ``progress``: a bar
+    over the candidates' plans on a terminal."""
     runs = [load_run(d) for d in run_dirs]
     measured = _measured(runs)
     if measured.is_empty():
@@ -203,7 +206,9 @@ def fit_loaded(
     columns: list[np.ndarray[Any, Any]] = []
     plans: dict[int, pl.DataFrame] = {}
     sessions = pl.DataFrame()
-    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+    total = len(MODES) * len(batches) + FINE
+    bar = tqdm(total=total, desc="loaded terms: plans", unit="plan", disable=not progress or None)
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp, bar:
         work = Path(tmp)
 
         def evaluate(mode: str, batch: float) -> None:
@@ -215,6 +220,7 @@ def fit_loaded(
             columns.append(per["loss"].to_numpy())
             sessions = per.select(SESSION)
             plans[i] = planned
+            bar.update(1)
 
         for mode in MODES:
             for b in batches:
