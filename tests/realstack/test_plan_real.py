@@ -107,9 +107,9 @@ DECISION_BOUNDS = {1.0: 0.35, 2.0: 0.8, 4.0: 0.8}
 #: terms; a planner that ignores the pool plans 1. Measured 1.45 and 1.84, planned 1.29
 #: and 1.32 (both-arm fit, load 3, 2026-12-03). The verdicts are recorded, not asserted:
 #: alternate 12k, measured to pay (1.35 [1.08, 1.44], 1.66 [1.42, 1.74]), is planned at
-#: 1.08-1.13, on the threshold, because this pair's pool loads are skewed (a 12k load
-#: takes 0.28-0.97 s, median 0.35) and the fit's pool cost follows their mean (README
-#: "The decision held out").
+#: 1.08-1.13, on the threshold: its pool load (turn 2, 0.28-0.97 s, median 0.35) is planned
+#: at 0.85 s from fitprobe's loads (turn 4, about 30 s/GB against 14) (README "The
+#: decision held out").
 CLEAR = 1.1
 CONTRAST_SHARE = 0.25
 
