@@ -83,8 +83,10 @@ pytestmark = [
 #: At one session in flight the planner's model holds (each replica has its cores); at
 #: two, both replicas, both API servers, LMCache and the client share this machine's two
 #: cores, which no per-replica GPU model sees, so the bound there only catches a plan
-#: that is broken rather than host contention.
-BOUNDS = {1.0: (0.35, 0.75), 2.0: (0.8, 0.5)}
+#: that is broken rather than host contention. Measured at one in flight: 18-23% alone on
+#: the machine, 36% beside busy-test's CPU hog and 40% beside a compile (2026-12-03), so
+#: 50% there: still well inside what a wrong KV block, chunk or bandwidth does (2x).
+BOUNDS = {1.0: (0.5, 0.75), 2.0: (0.8, 0.5)}
 
 #: The decision's threshold and the plan's replicates (seeds and the fit's draws).
 PAYS_AT = 1.1
