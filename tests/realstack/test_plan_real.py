@@ -118,19 +118,15 @@ CONTRAST_SHARE = 0.25
 
 def placement_contrast(table: pl.DataFrame) -> pl.DataFrame:
     """Per context: alternate's session gain over fixed's, measured and planned."""
-    sides = [
-        table.filter(pl.col("placement") == placement).select(
-            "context_tokens",
-            pl.col("session_gain_measured").alias(f"measured_{placement}"),
-            pl.col("session_gain_planned").alias(f"planned_{placement}"),
-        )
-        for placement in ("alternate", "fixed")
-    ]
-    both = sides[0].join(sides[1], on="context_tokens")
-    return both.select(
+    wide = table.pivot(
+        on="placement",
+        index="context_tokens",
+        values=["session_gain_measured", "session_gain_planned"],
+    )
+    return wide.select(
         "context_tokens",
-        measured=pl.col("measured_alternate") / pl.col("measured_fixed"),
-        planned=pl.col("planned_alternate") / pl.col("planned_fixed"),
+        measured=pl.col("session_gain_measured_alternate") / pl.col("session_gain_measured_fixed"),
+        planned=pl.col("session_gain_planned_alternate") / pl.col("session_gain_planned_fixed"),
     )
 
 
