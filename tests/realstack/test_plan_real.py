@@ -110,8 +110,11 @@ DECISION_BOUNDS = {1.0: 0.35, 2.0: 0.8, 4.0: 0.8}
 #: and 1.32 (both-arm fit, load 3, 2026-12-03). The verdicts are recorded, not asserted:
 #: alternate 12k, measured to pay (1.35 [1.08, 1.44], 1.66 [1.42, 1.74]), is planned at
 #: 1.08-1.13, on the threshold: its pool load (turn 2, 0.28-0.97 s, median 0.35) is planned
-#: at 0.85 s from fitprobe's loads (turn 4, about 30 s/GB against 14) (README "The
-#: decision held out").
+#: at 0.85 s from the probe's loads of the same run (turn 4, about 30 s/GB against 14). Not
+#: a different kind of load: timed alternately on one pair the two kinds agree
+#: (bench/pool_load_kinds.py, decision / probe 0.89-1.16, every interval holding 1); the
+#: probe's phase of that run was slower than its decision's (README "The decision held
+#: out").
 CLEAR = 1.1
 CONTRAST_SHARE = 0.25
 
