@@ -15,7 +15,7 @@ first turn with external hits on another replica than turn 1's). Prints per kind
 context the median TTFT of those turns with a 95% bootstrap interval (sessions the
 units: one loading turn per session), and the ratio decision / probe with its interval.
 
-Measured here (2026-12-03, 2 cores, quiet, 3 rounds of 6 sessions) in README
+Measured here (2026-12-03, 2 cores, quiet, 4 rounds of 6 sessions) in README
 ("Capacity planning", the decision held out). Prints, asserts nothing.
 """
 
