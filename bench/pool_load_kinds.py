@@ -10,8 +10,8 @@ after turn 1 stored it, with growing (frozen) history instead of a re-sent conte
 LMCache served the two differently, a profile fitted on the probe would mis-plan the
 decision. Per round, on one pool-ON pair (started from decision-cpu's [target.managed],
 or ``--endpoints``), this replays both at each context size, one session in flight, the
-order of the two swapped every round, and keeps each session's pool-loading turn (the
-first turn with external hits on another replica than turn 1's). Prints per kind and
+order of the two swapped every round, and keeps each session's pool-loading turn (its
+first cross-replica turn with external hits: turn 4 and turn 2). Prints per kind and
 context the median TTFT of those turns with a 95% bootstrap interval (sessions the
 units: one loading turn per session), and the ratio decision / probe with its interval.
 
@@ -47,7 +47,7 @@ KINDS: dict[str, tuple[Path, list[str]]] = {
 
 
 def loading_turns(run_dir: Path) -> pl.DataFrame:
-    """Each session's first turn served from the pool on another replica than turn 1's."""
+    """Each session's first cross-replica turn served with external (pool) hits."""
     ok = load_run(run_dir).ok.filter(~pl.col("warmup"))
     return (
         ok.filter(pl.col("cross_replica") & (pl.col("external_hit_tokens") > 0))

@@ -324,9 +324,11 @@ def test_the_planned_pool_decision_holds_on_the_real_pair(
     """Issue 22 item 7 at one KV size (the pair's, which holds every cell's working set;
     bench/heldout_decision.py adds one that does not): decision-cpu's ON arm on the
     module's pair, which this test then stops, its OFF arm on a pair without the
-    connector (the one pair start this adds), merged, and fitprobe's pool-off arm there
-    too, so that the fit has both arms' cold requests and tells the pool's store cost
-    apart (issue 22 item 3: the arms' cold turns differ by it on this pair); the plan of
+    connector (the one pair start this adds), merged; fitprobe's arms on the same pairs
+    before and after the decision's blocks, two passes, so that the fit has both arms'
+    cold requests and tells the pool's store cost apart (issue 22 item 3: the arms' cold
+    turns differ by it on this pair) and its intervals hold the drift between a run's
+    phases; the plan of
     the same scenario with that fit (seeds and the fit's draws); per cell the gains'
     errors and whether the verdicts against 1.1 agree (module doc, DECISION_BOUNDS)."""
     runs = tmp_path / "runs"
@@ -354,8 +356,9 @@ def test_the_planned_pool_decision_holds_on_the_real_pair(
         record_property(f"{key}_interval", (both.low[key], both.high[key]))
     # Both arms reached the design, so the store cost is a column of it, estimable
     # (full rank), not held at 0 for want of the pool-off arm. Its value is a measurement
-    # of this machine, not asserted: 26.6 s/GB [10.9, 43.8] on a quiet dev machine; a
-    # busy CI machine has put it at its bound 0 (the cold requests' noise swamps it).
+    # of this machine, not asserted: 26.6 s/GB [10.9, 43.8] (one pass) and 11.0 [0.7,
+    # 19.1] (two) on a quiet dev machine; a busy CI machine, and this one beside a CPU
+    # hog, have put it at its bound 0 (the cold requests' noise swamps it).
     assert both.design is not None
     assert store not in both.design.first_token.held, fit.summary_text(both)
     assert "every request ran with the pool" not in both.not_identified.get(store, "")
