@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck test-fast test-real install real-stack router clean
 
-$(STAMP): pyproject.toml
+# The compiled engine (setup.py builds sessiongen/sim/_core.pyx) is rebuilt when its source changes.
+$(STAMP): pyproject.toml setup.py sessiongen/sim/_core.pyx
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -56,6 +56,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.capacity.routers import MODELED, RouterModel
+from sessiongen.capacity.rows import BlockFacts, PlannedRecords, PlannedRow
 from sessiongen.design.arrivals import START_STAGGER_S
 from sessiongen.design.blocks import BlockPlan, plan_blocks
 from sessiongen.design.placement import replica_for
@@ -63,17 +64,12 @@ from sessiongen.errors import ScenarioError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
-from sessiongen.records.format import (
-    SCHEMA_VERSION,
-    BlockEntry,
-    Manifest,
-    RequestRecord,
-    frame_of_records,
-)
+from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, Manifest
 from sessiongen.scenario.routerspec import GATEWAY, router_policy
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
 from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.compiled import resolve
 from sessiongen.sim.engine import Job, World
 from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
 from sessiongen.workload.reuse import PrefixFacts
@@ -129,6 +125,11 @@ class Prompts:
         )
         self._shapes: dict[int, Shape] = {}
         self._template: tuple[PromptKeys, NDArray[np.uint32]] | None = None
+        # Synthetic token ids (shaped prompts, answers of trace prompts): one seeded
+        # stream handed out in the order sessions begin, which is the same in every run
+        # of the scenario. A generator per session cost 80 us to seed, more than the
+        # session's turns then cost the compiled engine.
+        self._ids = _Ids(np.random.default_rng([scenario.seed, 0x5E55]))
 
     def prepare(self, req: TurnRequest) -> Job:
         """The served simulator's own preparation of one request body."""
@@ -186,7 +187,7 @@ class Prompts:
         p = self.world.profile
         sizes = (p.local_block_tokens, p.pool_chunk_tokens)
         history = self.scenario.sessions.history
-        ids = _Ids(np.random.default_rng([self.scenario.seed, session.index, 0x5E55]))
+        ids = self._ids
         head = shape.head
         out: list[Turn] = []
         context: PromptKeys | None = None
@@ -246,7 +247,7 @@ class Prompts:
         head, tail = self._chat_template()
         spec = self.scenario.sessions.trace
         by_prefix = spec.placement_key == "prefix"
-        rng = np.random.default_rng([self.scenario.seed, session.index, 0x7ACE])
+        ids = self._ids
         out: list[Turn] = []
         for k, t in enumerate(session.trace.turns, start=1):
             req = t.request
@@ -259,7 +260,7 @@ class Prompts:
                     turn=k,
                     prompt=head.extend(np.concatenate((content, tail))),
                     output_tokens=req.output_length,
-                    output_ids=_ids(rng, req.output_length),
+                    output_ids=ids.take(req.output_length),
                     content_tokens=req.input_length,
                     prompt_digest=None,
                     expected=None,
@@ -316,10 +317,10 @@ def block_ids(hash_ids: Sequence[int], input_length: int, block_tokens: int) -> 
 
 
 class _Ids:
-    """Random token ids of one synthetic session, drawn a few thousand at a time (a
-    draw's fixed cost is most of a turn's few hundred ids) and handed out in order."""
+    """Random token ids, drawn many thousand at a time (a draw's fixed cost is most of a
+    turn's few hundred ids) and handed out in order."""
 
-    def __init__(self, rng: np.random.Generator, batch: int = 4096) -> None:
+    def __init__(self, rng: np.random.Generator, batch: int = 1 << 16) -> None:
         self.rng = rng
         self.batch = batch
         self._ids: NDArray[np.uint32] = np.zeros(0, dtype=np.uint32)
@@ -393,22 +394,27 @@ class VirtualBlock:
         scenario: Scenario,
         plan: BlockPlan,
         prompts: Prompts,
-        emit: Callable[[RequestRecord], None],
+        emit: Callable[[PlannedRow], None],
         *,
-        run_id: str,
         start_s: float,
+        engine: Literal["python", "compiled"] = "python",
         warmup_tokens: int,
     ) -> None:
         self.scenario = scenario
         self.plan = plan
         self.prompts = prompts
         self.emit = emit
-        self.run_id = run_id
         self.start_s = start_s
         self.warmup_tokens = warmup_tokens
         profile = prompts.world.profile
         self.replicas = profile.replicas
-        self.driver = VirtualDriver(profile, shared_cache=plan.cache == "on", on_finish=self._done)
+        self.driver = VirtualDriver(
+            profile,
+            shared_cache=plan.cache == "on",
+            on_finish=self._done,
+            keep_results=False,
+            engine=engine,
+        )
         policy = router_policy(plan.placement)
         self.router = RouterModel(policy, self.replicas, scenario.seed) if policy else None
         self._events: list[tuple[float, int, Callable[[float], None]]] = []
@@ -564,102 +570,59 @@ class VirtualBlock:
         queue_s: float = 0.0,
         arrival_s: float | None = None,
         think_s: float | None = None,
-    ) -> RequestRecord:
-        plan = self.plan
-        hits = result.local_hit_tokens + result.pool_hit_tokens
-        return RequestRecord(
-            run_id=self.run_id,
-            block=plan.block,
-            block_in_placement=plan.block_in_placement,
-            placement=plan.placement,
-            cache=plan.cache,
-            session_id=turn.session_id,
-            session_index=turn.session_index,
-            context_tokens=turn.context_tokens,
-            turn=turn.turn,
-            replica=result.replica,
-            cross_replica=cross,
-            warmup=warmup,
-            prompt_tokens=result.prompt_tokens,
-            content_tokens=turn.content_tokens,
-            cached_tokens=hits,
-            completion_tokens=result.output_tokens,
-            output_chunks=None,
-            queue_s=queue_s,
-            ttfb_s=result.ttft_s,
-            ttft_s=result.ttft_s,
-            e2e_s=result.e2e_s,
-            itl_p50_s=None,
-            itl_max_s=None,
-            send_s=self.start_s + result.arrival_s,
-            status="ok",
-            http_status=200,
-            error=None,
-            local_hit_tokens=result.local_hit_tokens,
-            external_hit_tokens=result.pool_hit_tokens,
-            expected=turn.expected,
-            answer_correct=None,
-            output_digest=None,
-            output_text=None,
-            first_logprob=None,
-            loop_lag_flag=False,
-            prompt_digest=turn.prompt_digest,
-            server_ttft_s=result.ttft_s,
-            load_level=plan.level,
-            arrival_s=arrival_s,
-            think_s=think_s,
-            hit_source="planner",
-            replica_source="planner" if self.router is not None else "placement",
-            server_queue_s=result.queue_s,
-            trace_line=turn.trace_line,
-            trace_shared_blocks=None if turn.prefix is None else turn.prefix.shared_blocks,
-            trace_shared_tokens=None if turn.prefix is None else turn.prefix.shared_tokens,
-            trace_reuse_distance=None if turn.prefix is None else turn.prefix.reuse_distance,
+    ) -> PlannedRow:
+        prefix = turn.prefix
+        ttft = result.first_token_s - result.arrival_s
+        return PlannedRow(
+            turn.session_id,
+            turn.session_index,
+            turn.context_tokens,
+            turn.turn,
+            result.replica,
+            cross,
+            warmup,
+            result.prompt_tokens,
+            turn.content_tokens,
+            result.local_hit_tokens + result.pool_hit_tokens,
+            result.output_tokens,
+            queue_s,
+            ttft,
+            ttft,
+            result.finished_s - result.arrival_s,
+            self.start_s + result.arrival_s,
+            result.local_hit_tokens,
+            result.pool_hit_tokens,
+            turn.expected,
+            turn.prompt_digest,
+            ttft,
+            arrival_s,
+            think_s,
+            result.admitted_s - result.arrival_s,
+            turn.trace_line,
+            None if prefix is None else prefix.shared_blocks,
+            None if prefix is None else prefix.shared_tokens,
+            None if prefix is None else prefix.reuse_distance,
         )
 
 
-class _Records:
-    """Records kept as frames of a batch each: a planned day has a million requests,
-    which as record objects would not fit in memory."""
-
-    def __init__(self, batch: int = 20_000) -> None:
-        self.batch = batch
-        self._records: list[RequestRecord] = []
-        self._frames: list[pl.DataFrame] = []
-
-    def add(self, record: RequestRecord) -> None:
-        self._records.append(record)
-        if len(self._records) >= self.batch:
-            self._frames.append(frame_of_records(self._records, RequestRecord))
-            self._records = []
-
-    def frame(self) -> pl.DataFrame:
-        """Every record so far, as one frame."""
-        if self._records or not self._frames:
-            self._frames.append(frame_of_records(self._records, RequestRecord))
-            self._records = []
-        return pl.concat(self._frames)
-
-
-#: The cyclic collector's youngest-generation threshold while a block runs.
-_GC_THRESHOLD = 100_000
-
-
 @contextlib.contextmanager
-def _rare_collections() -> Iterator[None]:
-    """Run a block with the cyclic garbage collector waking a hundred times less often.
+def _no_collections() -> Iterator[None]:
+    """Run a block with the cyclic garbage collector off.
 
     A block allocates millions of small objects that are freed by reference counting
-    (the engine makes no cycles), so the collector's frequent passes find nothing:
-    a modeled hour of day128k spent 0.8 s of its 10 s in 629 of them, and 0.09 s in 3
-    with this threshold, at the same peak memory. Results do not depend on it.
+    (the engine's and the planner's objects make no cycles that outlive a block: a KV
+    run evicted leaves its tree), so the collector's passes find nothing: at a
+    threshold of 100,000 allocations they still took 12% of a planned hour's CPU with
+    the compiled engine (perf), walking the live sessions' objects; off, the same peak
+    memory. Whatever cycles a block leaves are collected when it ends.
     """
-    old = gc.get_threshold()
-    gc.set_threshold(_GC_THRESHOLD, *old[1:])
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*old)
+        if enabled:
+            gc.enable()
 
 
 def check_plannable(scenario: Scenario) -> None:
@@ -687,8 +650,9 @@ def warmup_tokens(scenario: Scenario) -> int:
     return given if given is not None else max(256, 2 * scenario.target.sim.pool_chunk_tokens)
 
 
-def plan_target(scenario: Scenario, mode: str) -> dict[str, Any]:
-    """The manifest's ``target`` of a plan run."""
+def plan_target(scenario: Scenario, mode: str, engine: str) -> dict[str, Any]:
+    """The manifest's ``target`` of a plan run (``engine``: which engine planned it,
+    ``compiled`` or ``python``; they give the same records)."""
     profile = scenario.target.sim
     return {
         "kind": "plan",
@@ -698,6 +662,7 @@ def plan_target(scenario: Scenario, mode: str) -> dict[str, Any]:
         "replicas": profile.replicas,
         "profile": to_plain(profile),
         "prompts": mode,
+        "engine": engine,
     }
 
 
@@ -752,6 +717,7 @@ def plan_run(
     """Every block of ``scenario`` on the virtual clock, kept in memory (nothing written:
     a sweep's worker on another machine hands it back to be written where the user is)."""
     check_plannable(scenario)
+    engine = resolve()
     salt = os.urandom(6).hex()
     world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
     prompts = Prompts(scenario, world, salt, tokens)
@@ -769,14 +735,14 @@ def plan_run(
         "text_generator": prompts.builder.generator.identity,
         "tool": io.tool_identity(),
         "host": io.host_facts(),
-        "target": plan_target(scenario, prompts.mode),
+        "target": plan_target(scenario, prompts.mode, engine),
         "block_order": [{"placement": b.placement, "cache": b.cache} for b in plan],
         "blocks": [],
         "started_at": io.now_iso(),
         "ended_at": None,
         "complete": False,
     }
-    writer = _Records()
+    writer = PlannedRecords()
     start = 0.0
     per_block = sum(s.turns for s in prompts.sessions)
     for block in plan:
@@ -788,10 +754,10 @@ def plan_run(
             unit="modeled seconds",
         )
 
-        def emit(record: RequestRecord, bar: BlockProgress = bar) -> None:
-            writer.add(record)
-            if not record.warmup:
-                bar.update(record)
+        def emit(row: PlannedRow, bar: BlockProgress = bar) -> None:
+            writer.add(row)
+            if not row.warmup:
+                bar.update(row)
 
         entry: BlockEntry = {
             "block": block.block,
@@ -802,16 +768,27 @@ def plan_run(
             "status": "ok",
             "started_at": io.now_iso(),
         }
+        writer.begin(
+            BlockFacts(
+                run_id=run_id,
+                block=block.block,
+                block_in_placement=block.block_in_placement,
+                placement=block.placement,
+                cache=block.cache,
+                load_level=block.level,
+                routed=router_policy(block.placement) is not None,
+            )
+        )
         runner = VirtualBlock(
             scenario,
             block,
             prompts,
             emit,
-            run_id=run_id,
             start_s=start,
+            engine=engine,
             warmup_tokens=warmup_tokens(scenario),
         )
-        with _rare_collections():
+        with _no_collections():
             took = runner.run()
         bar.close()
         entry["ended_at"] = io.now_iso()

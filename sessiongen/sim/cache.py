@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sessiongen.sim.compiled import hash_kernel
+
 # Odd multiplier of the chain (P_j = P_{j-1} * R + d_j mod 2^64) and its inverse.
 _R = 0x9E3779B97F4A7C15
 _R_INV = pow(_R, -1, 1 << 64)
@@ -232,29 +234,30 @@ class KeyChain:
         if blocks == 0:
             self._buf, self._blocks, self._scaled, self._tail = buf, done, base_scaled, seq
             return
-        # Tables are cached per length; prompts grow turn by turn, so round up.
-        length = 1 << (done + blocks - 1).bit_length()
         end = done + blocks
-        # uint64 arithmetic wraps modulo 2^64 (arrays never warn on overflow).
-        digests = seq[: blocks * size].reshape(blocks, size) @ _weights(size)
-        digests += _positions(length)[done:end]
-        _mix(digests)
-        digests *= _powers(_R_INV, length)[done:end]
-        scaled = np.add.accumulate(digests)
-        scaled += base_scaled
-        chain = _mix(scaled * _powers(_R, length)[done:end])
         if buf.used != done or len(buf.array) < end:
             grown = _KeyBuffer(end)
             grown.array[:done] = buf.array[:done]
             buf = grown
-        buf.array[done:end] = chain
+        kernel = hash_kernel()
+        out = buf.array[done:end]
+        if kernel is not None:  # the same arithmetic, compiled: one call, no temporaries
+            seq = np.ascontiguousarray(seq)
+            last = _U64(kernel(seq, _weights(size), int(base_scaled), done, _R_INV, out))
+        else:
+            # Tables are cached per length; prompts grow turn by turn, so round up.
+            length = 1 << (end - 1).bit_length()
+            # uint64 arithmetic wraps modulo 2^64 (arrays never warn on overflow).
+            digests = seq[: blocks * size].reshape(blocks, size) @ _weights(size)
+            digests += _positions(length)[done:end]
+            _mix(digests)
+            digests *= _powers(_R_INV, length)[done:end]
+            scaled = np.add.accumulate(digests)
+            scaled += base_scaled
+            out[:] = _mix(scaled * _powers(_R, length)[done:end])
+            last = scaled[-1]
         buf.used = end
-        self._buf, self._blocks, self._scaled, self._tail = (
-            buf,
-            end,
-            scaled[-1],
-            seq[blocks * size :],
-        )
+        self._buf, self._blocks, self._scaled, self._tail = buf, end, last, seq[blocks * size :]
 
 
 class ChunkKeys:

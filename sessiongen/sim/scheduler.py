@@ -246,6 +246,12 @@ class ReplicaScheduler:
         if self.waiting and not step.preempted:
             overhead, load_done, budget = self._schedule_waiting(step, budget, now)
         if not step.work and not step.admitted:
+            if step.preempted:
+                # Every running request was preempted (the last for its own blocks) and
+                # nothing was scheduled: vLLM's engine loop schedules again at once, now
+                # from the waiting queue, where they went. Returning None here left the
+                # replica idle with requests waiting and nothing to wake it.
+                return self.schedule(now)
             return None  # the queue's head waits for blocks that pending loads hold
         prefill, seqs, context = 0.0, 0, 0
         prefills, prompt_done, stored = 0, False, 0

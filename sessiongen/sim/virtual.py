@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,7 +36,11 @@ from numpy.typing import NDArray
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.cluster import Cluster
+from sessiongen.sim.compiled import Engine, core, resolve
 from sessiongen.sim.scheduler import SimRequest, Step
+
+if TYPE_CHECKING:  # built by pip install; absent where no compiler was at hand
+    from sessiongen.sim._core import Cluster as CompiledCluster
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,14 @@ def result_of(req: SimRequest, replica: int) -> RequestResult:
 
 
 class VirtualDriver:
-    """The engine on a virtual clock (see the module doc)."""
+    """The engine on a virtual clock (see the module doc).
+
+    ``engine``: the compiled engine where it was built, else the Python one (``auto``,
+    see :mod:`sessiongen.sim.compiled`); both give the same results. Only the Python
+    engine tells a subclass of each step (:meth:`step_started`, :meth:`step_ended`).
+    ``keep_results=False`` keeps no results (a planned day's would be a million
+    objects): ``on_finish`` is then where they go.
+    """
 
     def __init__(
         self,
@@ -116,12 +127,37 @@ class VirtualDriver:
         shared_cache: bool = True,
         collapse: bool = True,
         on_finish: Callable[[RequestResult], None] | None = None,
+        engine: Engine = "auto",
+        keep_results: bool = True,
     ) -> None:
         self.profile = profile
-        self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self, collapse=collapse)
+        self.engine = resolve(engine)
         self.on_finish = on_finish
         self.results: list[RequestResult] = []
-        self.steps = 0
+        self.keep_results = keep_results
+        self._steps = 0
+        self.cluster: Cluster | CompiledCluster
+        if self.engine == "compiled":
+            module = core()
+            assert module is not None
+            self.cluster = module.Cluster(
+                profile,
+                shared_cache=shared_cache,
+                collapse=collapse,
+                on_finish=self._finished,
+                make_result=RequestResult,
+            )
+        else:
+            self.cluster = Cluster(
+                profile, shared_cache=shared_cache, listener=self, collapse=collapse
+            )
+
+    @property
+    def steps(self) -> int:
+        """Engine steps taken so far (a collapsed run counts each of its steps)."""
+        if isinstance(self.cluster, Cluster):
+            return self._steps
+        return self.cluster.steps
 
     @property
     def now(self) -> float:
@@ -146,7 +182,7 @@ class VirtualDriver:
         # appends to the buffer of the turn it extends, and the answer to the prompt's,
         # instead of each copying a 128k context's keys into a buffer of its own (a
         # quarter of a planned day's CPU, most of it first touches of fresh memory).
-        pool_keys = keys.pool.keys.tolist()
+        pool_keys = keys.pool.keys
         local = keys.local
         if arrival.output_ids is not None:
             if len(arrival.output_ids) != arrival.max_tokens:
@@ -157,15 +193,27 @@ class VirtualDriver:
             raise ValueError(f"{tokens} tokens exceed max_model_len")
         if not 0 <= arrival.replica < self.profile.replicas:
             raise ValueError(f"replica {arrival.replica} outside 0..{self.profile.replicas - 1}")
-        req = SimRequest(
-            prompt_tokens=keys.tokens,
-            output_tokens=arrival.max_tokens,
-            keys=local.keys,
-            pool_keys=pool_keys,
-            arrival=arrival.at,
-            tag=arrival.tag,
-        )
-        self.cluster.submit(req, arrival.replica)
+        cluster = self.cluster
+        if isinstance(cluster, Cluster):
+            req = SimRequest(
+                prompt_tokens=keys.tokens,
+                output_tokens=arrival.max_tokens,
+                keys=local.keys,
+                pool_keys=pool_keys.tolist(),
+                arrival=arrival.at,
+                tag=arrival.tag,
+            )
+            cluster.submit(req, arrival.replica)
+        else:
+            cluster.submit(
+                arrival.at,
+                arrival.replica,
+                keys.tokens,
+                arrival.max_tokens,
+                local.keys,
+                np.ascontiguousarray(pool_keys),
+                arrival.tag,
+            )
 
     def run(self, until: float = math.inf) -> list[RequestResult]:
         """Process every event up to ``until``; returns all results so far (end order)."""
@@ -177,9 +225,12 @@ class VirtualDriver:
         return None
 
     def step_ended(self, replica: int, step: Step) -> None:
-        self.steps += step.count
+        self._steps += step.count
         for req in step.finished:
-            result = result_of(req, replica)
+            self._finished(result_of(req, replica))
+
+    def _finished(self, result: RequestResult) -> None:
+        if self.keep_results:
             self.results.append(result)
-            if self.on_finish is not None:
-                self.on_finish(result)
+        if self.on_finish is not None:
+            self.on_finish(result)

@@ -22,7 +22,7 @@ import pytest
 from sessiongen import scenario
 from sessiongen.capacity.virtual import Tokens, check_plannable, plan_run
 from sessiongen.errors import SessiongenError
-from sessiongen.sim import scheduler
+from sessiongen.sim import compiled, scheduler
 from sessiongen.sim import virtual as sim_virtual
 from tests.support.paths import SCENARIOS
 
@@ -58,6 +58,9 @@ class _CopiedRequest(scheduler.SimRequest):
 
 def _records(path: Path, tokens: Tokens, monkeypatch: pytest.MonkeyPatch) -> pl.DataFrame:
     monkeypatch.setattr(os, "urandom", lambda n: b"\x07" * n)  # the planner's salt
+    # The reference replaces the Python engine's requests; the compiled engine is held to
+    # the Python one by tests/unit/sim/test_engines.py.
+    monkeypatch.setenv(compiled.ENV, "python")
     sc = scenario.load(path, _small(path))
     return plan_run(sc, run_id="paths", tokens=tokens).requests
 

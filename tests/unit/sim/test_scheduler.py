@@ -51,7 +51,7 @@ class Traced(VirtualDriver):
     preempted), with requests named by their tags."""
 
     def __init__(self, p: SimProfile, **kwargs: Any) -> None:
-        super().__init__(p, **kwargs)
+        super().__init__(p, engine="python", **kwargs)  # the one that tells of its steps
         self.trace: list[tuple[int, float, float, list[tuple[Any, int]], list[Any], list[Any]]]
         self.trace = []
 

@@ -1,0 +1,1297 @@
+# distutils: language = c++
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False, infer_types=False
+"""The simulator's engine on a virtual clock, compiled: the planner's hot loop.
+
+A line-by-line port of :mod:`sessiongen.sim.cluster`, :mod:`~sessiongen.sim.scheduler`,
+:mod:`~sessiongen.sim.kvcache`, :mod:`~sessiongen.sim.pool` and the pool's LRU in
+:mod:`~sessiongen.sim.cache`, for :class:`sessiongen.sim.virtual.VirtualDriver`. Those
+Python modules are the reference: every decision here is theirs, in the same order,
+with the same floating-point expressions evaluated in the same order (the build turns
+off contraction into fused multiply-adds), so both engines give the same records to the
+bit; ``tests/unit/sim/test_engines.py`` plans every shipped scenario with both and
+compares them, and random small workloads with caches small enough to evict and
+preempt. The served simulator keeps the Python engine (it listens to every step).
+
+What differs is representation only: requests, steps and KV runs are typed objects
+whose fields are C numbers; a run's keys are a pointer into the request's key array
+(kept alive by a reference), compared without numpy; the pool's LRU is a hash map with
+an intrusive list; the event queue is a binary heap of C structs. Integer division is
+written as in Python for the non-negative operands it sees (``cdivision``: no sign
+fix-ups), ceilings as ``(a + b - 1) // b``.
+"""
+
+from libc.math cimport INFINITY, ceil, pow, sqrt
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+
+import heapq
+
+import numpy as np
+
+from cython.operator cimport dereference as deref
+
+
+# --- the profile's numbers -------------------------------------------------------------
+
+cdef struct Params:
+    double slowdown
+    int64_t max_num_batched_tokens
+    int64_t max_num_seqs
+    int64_t block_tokens
+    int64_t cache_blocks
+    int64_t chunk_tokens
+    int64_t kv_bytes_per_token
+    double pool_bandwidth_gbps
+    double pool_load_fixed_s
+    double pool_store_s_per_gb
+    double prefill_s_per_ktok
+    double attn_s_per_ktok2
+    double itl_base_s
+    double itl_per_ktok_s
+    double itl_per_batch_s
+    bint async_loads
+
+
+cdef inline int64_t cdiv(int64_t a, int64_t b) noexcept:
+    """Ceiling division of a non-negative ``a`` (Python's ``-(-a // b)``)."""
+    return (a + b - 1) // b
+
+
+cdef inline double prefill_s(const Params* p, int64_t uncached, int64_t cached) noexcept:
+    cdef double h, total, linear, attention
+    if uncached <= 0:
+        return 0.0
+    h = <double>cached / 1000.0
+    total = <double>(cached + uncached) / 1000.0
+    linear = p.prefill_s_per_ktok * <double>uncached / 1000.0
+    attention = p.attn_s_per_ktok2 * (total * total - h * h)
+    return p.slowdown * (linear + attention)
+
+
+cdef inline double pool_store_s(const Params* p, int64_t tokens) noexcept:
+    cdef double gb = <double>(tokens * p.kv_bytes_per_token) / 1e9
+    return p.slowdown * p.pool_store_s_per_gb * gb
+
+
+cdef inline double decode_step_s(const Params* p, int64_t seqs, int64_t context) noexcept:
+    cdef double value
+    if seqs <= 0:
+        return 0.0
+    value = (
+        p.itl_base_s
+        + p.itl_per_ktok_s * <double>context / 1000.0
+        + p.itl_per_batch_s * <double>(seqs - 1)
+    )
+    return p.slowdown * value
+
+
+cdef class _Overheads:
+    """``model.hit_overhead_s``: the profile's table, interpolated as numpy does."""
+
+    cdef vector[double] xs
+    cdef vector[double] ys
+    cdef double slowdown
+
+    def __init__(self, tokens, seconds, double slowdown):
+        for x in tokens:
+            self.xs.push_back(<double>x)
+        for y in seconds:
+            self.ys.push_back(<double>y)
+        self.slowdown = slowdown
+
+    cdef double at(self, int64_t local_hit):
+        cdef double x = <double>local_hit
+        cdef Py_ssize_t last, lo, hi, mid, j
+        cdef double x0, y0, slope
+        if local_hit <= 0:
+            return 0.0
+        if x < self.xs[0]:
+            return self.slowdown * self.ys[0]
+        last = self.xs.size() - 1
+        if x >= self.xs[last]:
+            return self.slowdown * self.ys[last]
+        lo, hi = 0, last + 1  # bisect_right(xs, x) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if x < self.xs[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        j = lo - 1
+        x0, y0 = self.xs[j], self.ys[j]
+        if x0 == x:
+            return self.slowdown * y0
+        slope = (self.ys[j + 1] - y0) / (self.xs[j + 1] - x0)
+        return self.slowdown * (slope * (x - x0) + y0)
+
+
+# --- key storage -----------------------------------------------------------------------
+
+cdef class _Keys:
+    """Keys owned here (a released run's copy); its vector never moves once filled."""
+
+    cdef vector[uint64_t] data
+
+
+cdef inline const uint64_t* _pointer(object array, Py_ssize_t* length) except? NULL:
+    """The first element of a C-contiguous uint64 array (NULL when empty)."""
+    cdef const uint64_t[::1] view = array
+    length[0] = view.shape[0]
+    if view.shape[0] == 0:
+        return NULL
+    return &view[0]
+
+
+cdef inline Py_ssize_t _common(
+    const uint64_t* run, const uint64_t* keys, Py_ssize_t pos, Py_ssize_t n
+) noexcept:
+    """``kvcache._common``: leading keys of ``run[:n]`` equal to ``keys[pos:]`` (chain
+    keys: the last decides a whole run, a mismatch is found by bisection)."""
+    cdef Py_ssize_t lo, hi, mid
+    if run[n - 1] == keys[pos + n - 1]:
+        return n
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if run[mid] == keys[pos + mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+# --- one replica's KV cache (kvcache.py) ----------------------------------------------
+
+cdef class _Node:
+    cdef object owner  # keeps ``ptr`` alive: the request's key array, or a _Keys
+    cdef const uint64_t* ptr
+    cdef Py_ssize_t n
+    cdef Py_ssize_t owner_len  # keys in the owner's buffer (a copy when much larger)
+    cdef int64_t start
+    cdef _Node parent
+    cdef dict children
+    cdef object key0
+    cdef int64_t refs
+    cdef int64_t base
+
+    def __cinit__(self):
+        self.children = {}
+        self.base = -1
+
+
+cdef _Node _node(object owner, const uint64_t* ptr, Py_ssize_t n, Py_ssize_t owner_len,
+                 int64_t start, _Node parent, int64_t refs):
+    cdef _Node node = _Node.__new__(_Node)
+    node.owner = owner
+    node.ptr = ptr
+    node.n = n
+    node.owner_len = owner_len
+    node.start = start
+    node.parent = parent
+    node.key0 = ptr[0] if n else -1
+    node.refs = refs
+    return node
+
+
+cdef class _Hold:
+    cdef _Node last
+    cdef int64_t cached
+    cdef int64_t raw
+    cdef int64_t logical
+
+
+cdef class _Match:
+    cdef _Node node
+    cdef Py_ssize_t used
+    cdef int64_t blocks
+    cdef int64_t free_blocks
+
+
+cdef class _KVCache:
+    cdef int64_t capacity
+    cdef int64_t block_tokens
+    cdef _Node root
+    cdef int64_t cached
+    cdef int64_t evictable
+    cdef int64_t raw
+    cdef list heap
+    cdef int64_t tick
+    cdef int64_t seq
+    cdef int64_t evicted_blocks
+
+    def __init__(self, int64_t capacity_blocks, int64_t block_tokens):
+        self.capacity = capacity_blocks
+        self.block_tokens = block_tokens
+        self.root = _node(None, NULL, 0, 0, 0, None, 1)
+        self.heap = []
+
+    cdef inline int64_t used_blocks(self) noexcept:
+        return self.raw + self.cached - self.evictable
+
+    cdef inline int64_t available_blocks(self) noexcept:
+        return self.capacity - self.used_blocks()
+
+    cdef _Match match(self, _Req req, int64_t limit_blocks):
+        cdef _Node node = self.root
+        cdef _Node child
+        cdef Py_ssize_t pos = 0, n, used, limit
+        cdef int64_t free = 0
+        cdef _Match out = _Match.__new__(_Match)
+        cdef object found
+        limit = min(<Py_ssize_t>limit_blocks, req.nkeys)
+        while pos < limit:
+            found = node.children.get(req.keys[pos])
+            if found is None:
+                break
+            child = <_Node>found
+            n = min(child.n, limit - pos)
+            used = _common(child.ptr, req.keys, pos, n)
+            if child.refs == 0:
+                free += used
+            pos += used
+            if used < child.n:
+                out.node, out.used, out.blocks, out.free_blocks = child, used, pos, free
+                return out
+            node = child
+        out.node, out.used, out.blocks, out.free_blocks = node, node.n, pos, free
+        return out
+
+    cdef void acquire(self, _Hold hold, _Match match):
+        cdef _Node node = match.node
+        if match.used < node.n:
+            node = self._split(node, match.used)
+        hold.last = node
+        hold.cached = hold.logical = match.blocks
+        while node is not self.root:
+            self._ref(node)
+            node = node.parent
+
+    cdef bint grow(self, _Hold hold, int64_t blocks):
+        cdef int64_t free
+        if blocks <= 0:
+            return True
+        free = self.capacity - self.raw - self.cached
+        if blocks > free:
+            if blocks > free + self.evictable:
+                return False
+            self._evict(blocks - free)
+        self.raw += blocks
+        hold.raw += blocks
+        hold.logical += blocks
+        return True
+
+    cdef void commit(self, _Hold hold, _Req req, int64_t full_blocks):
+        cdef int64_t target = min(full_blocks, <int64_t>req.nkeys)
+        cdef _Node node, child
+        cdef int64_t pos, moved
+        cdef Py_ssize_t n, used
+        cdef object found
+        if target <= hold.cached:
+            return
+        node = hold.last
+        pos = node.start + node.n
+        while pos < target and node.children:
+            found = node.children.get(req.keys[pos])
+            if found is None:
+                break
+            child = <_Node>found
+            n = min(<int64_t>child.n, target - pos)
+            used = _common(child.ptr, req.keys, pos, n)
+            if used < child.n:
+                child = self._split(child, used)
+            self._ref(child)
+            node, pos = child, pos + used
+        if pos < target:
+            if node is not self.root and node.refs == 1 and not node.children:
+                node.owner, node.owner_len = req.keys_owner, req.keys_owner_len
+                node.ptr = req.keys + node.start
+                node.n = target - node.start
+            else:
+                child = _node(
+                    req.keys_owner, req.keys + pos, target - pos, req.keys_owner_len,
+                    pos, node, 1,
+                )
+                node.children[child.key0] = child
+                node = child
+            moved = target - pos
+            hold.raw -= moved
+            self.raw -= moved
+            self.cached += moved
+        hold.last = node
+        hold.cached = target
+
+    cdef void release(self, _Hold hold):
+        cdef _Node node = hold.last
+        cdef _Keys copy
+        while node is not self.root:
+            node.refs -= 1
+            if node.refs == 0:
+                if node.owner_len > 2 * node.n:  # keep a copy of its few keys
+                    copy = _Keys.__new__(_Keys)
+                    copy.data.resize(node.n)
+                    memcpy(copy.data.data(), node.ptr, node.n * sizeof(uint64_t))
+                    node.owner, node.ptr, node.owner_len = copy, copy.data.data(), node.n
+                node.base = self.tick
+                self.tick += node.n
+                self.evictable += node.n
+                heapq.heappush(self.heap, (node.base, self.seq, node))
+                self.seq += 1
+            node = node.parent
+        self.raw -= hold.raw
+        hold.last, hold.raw, hold.logical, hold.cached = self.root, 0, 0, 0
+
+    cdef inline void _ref(self, _Node node):
+        if node.refs == 0:
+            self.evictable -= node.n
+        node.refs += 1
+
+    cdef _Node _split(self, _Node node, Py_ssize_t at):
+        cdef _Node parent = node.parent
+        cdef _Node head = _node(
+            node.owner, node.ptr, at, node.owner_len, node.start, parent, node.refs
+        )
+        parent.children[head.key0] = head
+        node.ptr += at
+        node.n -= at
+        node.start += at
+        node.key0 = node.ptr[0]
+        node.parent = head
+        head.children[node.key0] = node
+        if node.refs == 0:
+            head.base = node.base + node.n
+            heapq.heappush(self.heap, (head.base, self.seq, head))
+            self.seq += 1
+        return head
+
+    cdef void _evict(self, int64_t blocks):
+        cdef list heap = self.heap
+        cdef tuple top
+        cdef _Node node
+        cdef int64_t base, size, take
+        while blocks > 0:
+            top = <tuple>heap[0]
+            base = top[0]
+            node = <_Node>top[2]
+            size = node.n
+            if node.refs != 0 or node.base != base or not size:
+                heapq.heappop(heap)
+                continue
+            take = min(blocks, size)
+            node.n = size - take
+            node.base += take
+            self.evictable -= take
+            self.cached -= take
+            self.evicted_blocks += take
+            blocks -= take
+            if size > take:
+                heapq.heapreplace(heap, (node.base, self.seq, node))
+                self.seq += 1
+            else:
+                heapq.heappop(heap)
+                del node.parent.children[node.key0]
+                node.parent = None
+
+
+# --- the shared pool: LRU contents (cache.py) and its link (pool.py) -------------------
+
+cdef struct _Entry:
+    uint64_t key
+    double visible_at
+    int64_t prev
+    int64_t next
+
+
+cdef class _Pool:
+    """``Pool`` with ``SharedPool``/``_LRUKeys`` inside: an OrderedDict's order as an
+    intrusive list over slots (head: least recently used), a hash map from key to slot."""
+
+    cdef bint on
+    cdef int64_t chunk_tokens
+    cdef int64_t capacity
+    cdef vector[_Entry] entries
+    cdef vector[int64_t] free_slots
+    cdef unordered_map[uint64_t, int64_t] index
+    cdef int64_t head
+    cdef int64_t tail
+    cdef int64_t evictions
+    cdef double link_free_at
+    cdef int64_t loads
+    cdef double link_wait_s
+    cdef double fixed_s
+    cdef Params p
+
+    def __init__(self, bint on, int64_t capacity_entries, Params p):
+        self.on = on
+        self.chunk_tokens = p.chunk_tokens
+        self.capacity = capacity_entries
+        self.head = self.tail = -1
+        self.link_free_at = -INFINITY
+        self.p = p
+        self.fixed_s = p.slowdown * p.pool_load_fixed_s
+
+    cdef inline void _unlink(self, int64_t i) noexcept:
+        cdef _Entry* e = &self.entries[i]
+        if e.prev >= 0:
+            self.entries[e.prev].next = e.next
+        else:
+            self.head = e.next
+        if e.next >= 0:
+            self.entries[e.next].prev = e.prev
+        else:
+            self.tail = e.prev
+
+    cdef inline void _append(self, int64_t i) noexcept:
+        cdef _Entry* e = &self.entries[i]
+        e.prev = self.tail
+        e.next = -1
+        if self.tail >= 0:
+            self.entries[self.tail].next = i
+        else:
+            self.head = i
+        self.tail = i
+
+    cdef Py_ssize_t prefix_len(self, const uint64_t* keys, Py_ssize_t n, double now):
+        cdef Py_ssize_t i = 0
+        cdef unordered_map[uint64_t, int64_t].iterator it
+        cdef unordered_map[uint64_t, int64_t].iterator end = self.index.end()
+        while i < n:
+            it = self.index.find(keys[i])
+            if it == end or self.entries[deref(it).second].visible_at > now:
+                break
+            i += 1
+        return i
+
+    cdef void insert(self, const uint64_t* keys, Py_ssize_t n, double visible_at):
+        """``_LRUKeys.insert``: every key stored (absent ones at ``visible_at``, stored
+        ones at the earlier time, or kept when ``visible_at`` is inf), touched from last
+        to first, then the least recently used evicted down to capacity."""
+        cdef Py_ssize_t j
+        cdef int64_t slot
+        cdef uint64_t key
+        cdef _Entry* e
+        cdef unordered_map[uint64_t, int64_t].iterator it
+        j = n - 1
+        while j >= 0:
+            key = keys[j]
+            it = self.index.find(key)
+            if it == self.index.end():
+                if self.free_slots.size():
+                    slot = self.free_slots.back()
+                    self.free_slots.pop_back()
+                else:
+                    slot = self.entries.size()
+                    self.entries.push_back(_Entry(0, 0.0, -1, -1))
+                e = &self.entries[slot]
+                e.key = key
+                e.visible_at = visible_at
+                self.index[key] = slot
+            else:
+                slot = deref(it).second
+                e = &self.entries[slot]
+                if visible_at != INFINITY and e.visible_at > visible_at:
+                    e.visible_at = visible_at
+                self._unlink(slot)
+            self._append(slot)
+            j -= 1
+        while <int64_t>self.index.size() > self.capacity:
+            slot = self.head
+            self._unlink(slot)
+            self.index.erase(self.entries[slot].key)
+            self.free_slots.push_back(slot)
+            self.evictions += 1
+
+    cdef int64_t lookup(self, _Req req, int64_t limit_tokens, double now, int64_t beyond):
+        cdef Py_ssize_t usable
+        if not self.on or limit_tokens // self.chunk_tokens * self.chunk_tokens <= beyond:
+            return 0
+        usable = min(<Py_ssize_t>(max(limit_tokens, 0) // self.chunk_tokens), req.npool)
+        return self.prefix_len(req.pool_keys, usable, now) * self.chunk_tokens
+
+    cdef double load(self, double now, int64_t tokens):
+        cdef double ready = now + self.fixed_s
+        cdef double begin = ready if ready >= self.link_free_at else self.link_free_at
+        cdef double transfer = (
+            <double>(tokens * self.p.kv_bytes_per_token) / (self.p.pool_bandwidth_gbps * 1e9)
+        )
+        self.link_wait_s += begin - ready
+        self.link_free_at = begin + self.p.slowdown * transfer
+        self.loads += 1
+        return self.link_free_at
+
+    cdef inline void store(self, const uint64_t* keys, Py_ssize_t n, double visible_at):
+        if self.on:
+            self.insert(keys, n, visible_at)
+
+
+# --- requests and steps (scheduler.py) -------------------------------------------------
+
+cdef class _Req:
+    cdef object tag
+    cdef int replica
+    cdef int64_t prompt_tokens
+    cdef int64_t output_tokens
+    cdef object keys_owner
+    cdef const uint64_t* keys
+    cdef Py_ssize_t nkeys
+    cdef Py_ssize_t keys_owner_len
+    cdef object pool_owner
+    cdef const uint64_t* pool_keys
+    cdef Py_ssize_t npool
+    cdef double arrival
+    cdef int64_t computed
+    cdef int64_t generated
+    cdef bint prefilling
+    cdef _Hold hold
+    cdef bint admitted
+    cdef double admitted_at
+    cdef bint has_first
+    cdef double first_token_at
+    cdef bint finished
+    cdef double finished_at
+    cdef int64_t local_hit
+    cdef int64_t pool_hit
+    cdef int64_t preemptions
+    cdef int64_t kv_blocks_at_admission
+    cdef int64_t running_at_admission
+    cdef int64_t waiting_at_admission
+    cdef int64_t pool_stored
+    cdef double ready_at
+    cdef int64_t n  # tokens scheduled in its replica's current step
+
+    cdef inline int64_t num_tokens(self) noexcept:
+        return self.prompt_tokens + self.generated
+
+
+cdef class _Step:
+    cdef double start
+    cdef double duration
+    cdef double end
+    cdef int64_t count
+    cdef double delta
+    cdef list work
+    cdef list admitted
+    cdef list preempted
+    cdef list sampled
+    cdef list finished
+    cdef bint steady
+    cdef _Req partial
+    cdef bint open
+
+    cdef inline double boundary(self, int64_t steps) noexcept:
+        return (
+            self.start + <double>steps * self.duration
+            + self.delta * <double>steps * <double>(steps - 1) / 2.0
+        )
+
+
+cdef _Step _new_step(double start):
+    cdef _Step step = _Step.__new__(_Step)
+    step.start = start
+    step.end = start
+    step.count = 1
+    step.work = []
+    step.admitted = []
+    step.preempted = []
+    step.sampled = []
+    step.finished = []
+    return step
+
+
+cdef object _ready_at(_Req req):
+    return req.ready_at
+
+
+cdef class _Sched:
+    """``ReplicaScheduler``: one replica's waiting queue, running batch and KV cache."""
+
+    cdef Params p
+    cdef _Overheads overheads
+    cdef _Pool pool
+    cdef _KVCache kv
+    cdef object waiting  # collections.deque
+    cdef list running
+    cdef list loading
+    cdef int64_t preemptions
+    cdef int64_t steps
+
+    def __init__(self, Params p, _Overheads overheads, _Pool pool, waiting):
+        self.p = p
+        self.overheads = overheads
+        self.pool = pool
+        self.kv = _KVCache(p.cache_blocks, p.block_tokens)
+        self.waiting = waiting
+        self.running = []
+        self.loading = []
+
+    cdef void add(self, _Req req) except *:
+        cdef int64_t tokens = req.prompt_tokens + req.output_tokens
+        if cdiv(tokens, self.kv.block_tokens) > self.kv.capacity:
+            raise ValueError(
+                f"request of {tokens} tokens cannot fit in "
+                f"a KV cache of {self.kv.capacity * self.kv.block_tokens} tokens"
+            )
+        self.waiting.append(req)
+
+    cdef object next_ready(self):
+        cdef _Req req
+        cdef double best = INFINITY
+        if not self.loading:
+            return None
+        for item in self.loading:
+            req = <_Req>item
+            if req.ready_at < best:
+                best = req.ready_at
+        return best
+
+    cdef void _take_loaded(self, double now) except *:
+        cdef list ready = [r for r in self.loading if (<_Req>r).ready_at <= now]
+        if ready:
+            ready.sort(key=_ready_at)
+            self.loading = [r for r in self.loading if (<_Req>r).ready_at > now]
+            self.running.extend(ready)
+
+    cdef _Step schedule(self, double now):
+        cdef _Step step
+        cdef int64_t budget, prefills = 0, stored = 0, seqs = 0, context = 0
+        cdef int64_t n, computed
+        cdef double overhead = 0.0, load_done = now, prefill = 0.0
+        cdef double decode, load, store
+        cdef bint prompt_done = False, prefilling
+        cdef list first = []
+        cdef list sampled
+        cdef _Req req
+        if self.loading:
+            self._take_loaded(now)
+        if not self.running and not self.waiting:
+            return None
+        step = _new_step(now)
+        budget = self.p.max_num_batched_tokens
+        if self.running:
+            budget = self._schedule_running(step, budget)
+        if self.waiting and not step.preempted:
+            overhead, load_done, budget = self._schedule_waiting(step, budget, now)
+        if not step.work and not step.admitted:
+            if step.preempted:  # everybody preempted: vLLM schedules again at once
+                return self.schedule(now)
+            return None
+        sampled = step.sampled
+        for item in step.work:
+            req = <_Req>item
+            n = req.n
+            computed, prefilling = req.computed, req.prefilling
+            if prefilling:
+                prefill += prefill_s(&self.p, n, computed)
+                prefills += 1
+                stored += n
+            computed += n
+            req.computed = computed
+            if computed == req.prompt_tokens + req.generated:
+                seqs += 1
+                context += computed
+                sampled.append(req)
+                req.generated += 1
+                if prefilling:
+                    prompt_done = True
+                    req.prefilling = False
+                    if not req.has_first:
+                        first.append(req)
+            elif prefilling:
+                step.partial = req
+        step.steady = (
+            not step.admitted
+            and not step.preempted
+            and not prompt_done
+            and prefills <= 1
+            and not self.loading
+        )
+        step.open = (
+            step.partial is None
+            and budget > 0
+            and not self.waiting
+            and len(self.running) < self.p.max_num_seqs
+        )
+        decode = decode_step_s(&self.p, seqs, context)
+        load = load_done - now
+        store = pool_store_s(&self.p, stored) if stored and self.pool.on else 0.0
+        step.duration = overhead + load + prefill + store + decode
+        step.end = now + step.duration
+        for item in first:
+            req = <_Req>item
+            req.has_first = True
+            req.first_token_at = step.end
+        self.steps += 1
+        return step
+
+    cdef int64_t _schedule_running(self, _Step step, int64_t budget) except? -1:
+        cdef _KVCache kv = self.kv
+        cdef list running = self.running
+        cdef list work = step.work
+        cdef int64_t block = kv.block_tokens
+        cdef Py_ssize_t i = 0
+        cdef _Req req, victim
+        cdef _Hold hold
+        cdef int64_t computed, n, need
+        while i < len(running) and budget > 0:
+            req = <_Req>running[i]
+            hold = req.hold
+            computed = req.computed
+            n = req.prompt_tokens + req.generated - computed
+            if n > budget:
+                n = budget
+            need = cdiv(computed + n, block) - hold.logical
+            if need > 0:
+                while not kv.grow(hold, need):
+                    victim = <_Req>running.pop()
+                    self._preempt(victim)
+                    step.preempted.append(victim)
+                    if victim is req:
+                        return budget
+            req.n = n
+            work.append(req)
+            budget -= n
+            i += 1
+        return budget
+
+    cdef tuple _schedule_waiting(self, _Step step, int64_t budget, double now):
+        cdef _KVCache kv = self.kv
+        cdef _Pool pool = self.pool
+        cdef int64_t block = kv.block_tokens
+        cdef double overhead = 0.0, load_done = now, done
+        cdef int64_t most = self.p.max_num_seqs
+        cdef int64_t limit, local, pool_prefix, external, computed, n, need, used_before
+        cdef bint loads_apart
+        cdef _Req req
+        cdef _Match match
+        cdef object waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) + len(self.loading) < most:
+            req = <_Req>waiting[0]
+            limit = req.num_tokens() - 1
+            match = kv.match(req, limit // block)
+            local = match.blocks * block
+            pool_prefix = pool.lookup(req, limit, now, local)
+            external = pool_prefix - local if pool_prefix > local else 0
+            computed = local + external
+            n = min(req.num_tokens() - computed, budget)
+            need = cdiv(computed + n, block) - match.blocks
+            if need > kv.available_blocks() - match.free_blocks:
+                break
+            waiting.popleft()
+            used_before = kv.used_blocks()
+            req.hold = _Hold.__new__(_Hold)
+            req.hold.last = kv.root
+            kv.acquire(req.hold, match)
+            kv.grow(req.hold, need)
+            req.computed = computed
+            req.prefilling = True
+            overhead += self.overheads.at(local)
+            loads_apart = False
+            if external:
+                done = pool.load(now, external)
+                loads_apart = self.p.async_loads
+                if loads_apart:
+                    req.ready_at = done
+                elif done > load_done:
+                    load_done = done
+            if not req.admitted:
+                req.admitted = True
+                req.admitted_at = now
+                req.local_hit, req.pool_hit = local, external
+                req.kv_blocks_at_admission = used_before
+                req.running_at_admission = len(self.running)
+                req.waiting_at_admission = len(waiting)
+            step.admitted.append(req)
+            if loads_apart:
+                self.loading.append(req)
+                continue
+            self.running.append(req)
+            req.n = n
+            step.work.append(req)
+            budget -= n
+        return overhead, load_done, budget
+
+    cdef void _preempt(self, _Req req) except *:
+        self.kv.release(req.hold)
+        req.hold = None
+        req.computed = 0
+        req.prefilling = True
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(req)
+
+    # --- runs of identical steps --------------------------------------------------
+
+    cdef void extend(self, _Step step) except *:
+        cdef list decodes = step.sampled
+        cdef _Req partial = step.partial
+        cdef _Req r
+        cdef int64_t extra = (<int64_t>1) << 62, chunk = 0, left
+        cdef double delta
+        if not step.steady:
+            return
+        for item in decodes:
+            r = <_Req>item
+            left = r.output_tokens - r.generated
+            if left < extra:
+                extra = left
+        if partial is not None:
+            chunk = (<_Req>step.work[len(step.work) - 1]).n
+            left = (partial.num_tokens() - partial.computed - 1) // chunk
+            if left < extra:
+                extra = left
+        if extra <= 0:
+            return
+        extra = self._fit_blocks(decodes, partial, chunk, extra)
+        if extra <= 0:
+            return
+        delta = self.p.itl_per_ktok_s * <double>len(decodes) / 1000.0
+        if partial is not None:
+            delta += self.p.attn_s_per_ktok2 * 2.0 * pow(<double>chunk / 1000.0, 2.0)
+        step.delta = self.p.slowdown * delta
+        step.count = 1 + extra
+        step.end = step.boundary(step.count)
+        if partial is not None and self.pool.on and partial.pool_stored >= 0:
+            self._store_run_chunks(step, partial, chunk)
+
+    cdef int64_t _needed(self, vector[int64_t]& state, _Req partial, bint grows,
+                         int64_t chunk, int64_t steps) noexcept:
+        cdef int64_t total = 0, grow
+        cdef int64_t block = self.kv.block_tokens
+        cdef size_t i = 0
+        while i < state.size():
+            grow = cdiv(state[i] + steps, block) - state[i + 1]
+            if grow > 0:
+                total += grow
+            i += 2
+        if grows:
+            grow = cdiv(partial.computed + steps * chunk, block) - partial.hold.logical
+            if grow > 0:
+                total += grow
+        return total
+
+    cdef int64_t _fit_blocks(self, list decodes, _Req partial, int64_t chunk, int64_t extra):
+        cdef int64_t available = self.kv.available_blocks()
+        cdef vector[int64_t] state
+        cdef bint grows = partial is not None and partial.hold is not None
+        cdef int64_t lo, hi, mid
+        cdef _Req r
+        for item in decodes:
+            r = <_Req>item
+            state.push_back(r.computed)
+            state.push_back(r.hold.logical if r.hold is not None else 0)
+        if self._needed(state, partial, grows, chunk, extra) <= available:
+            return extra
+        lo, hi = 0, extra
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._needed(state, partial, grows, chunk, mid) <= available:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    cdef void _store_run_chunks(self, _Step step, _Req req, int64_t chunk):
+        cdef int64_t size = self.pool.chunk_tokens
+        cdef int64_t stored = req.pool_stored, done
+        cdef int64_t i
+        for i in range(1, step.count + 1):
+            done = min((req.computed + (i - 1) * chunk) // size, <int64_t>req.npool)
+            if done > stored:
+                self.pool.store(req.pool_keys + stored, done - stored, step.boundary(i))
+                stored = done
+        req.pool_stored = stored
+
+    cdef bint truncate(self, _Step step, double at):
+        cdef double elapsed, a, b, guess
+        cdef int64_t steps
+        if step.count <= 1 or at >= step.end or not step.open:
+            return False
+        elapsed = at - step.start
+        if step.delta > 0:
+            a, b = step.delta / 2.0, step.duration - step.delta / 2.0
+            guess = (-b + sqrt(b * b + 4.0 * a * (elapsed if elapsed > 0.0 else 0.0))) / (2.0 * a)
+        else:
+            guess = elapsed / step.duration if step.duration > 0 else 1.0
+        steps = <int64_t>ceil(guess)
+        if steps < 1:
+            steps = 1
+        while steps > 1 and step.boundary(steps - 1) >= at:
+            steps -= 1
+        while step.boundary(steps) < at:
+            steps += 1
+        if steps >= step.count:
+            return False
+        step.count = steps
+        step.end = step.boundary(steps)
+        return True
+
+    # --- the end of a step ----------------------------------------------------------
+
+    cdef list complete(self, _Step step):
+        cdef _KVCache kv = self.kv
+        cdef _Pool pool = self.pool
+        cdef int64_t block = kv.block_tokens
+        cdef int64_t extra = step.count - 1, need, full
+        cdef double end = step.end
+        cdef bint store = pool.on
+        cdef _Req req
+        cdef _Hold hold
+        if extra:
+            for item in step.work:
+                req = <_Req>item
+                hold = req.hold
+                req.computed += extra * req.n
+                if req is not step.partial:
+                    req.generated += extra
+                need = cdiv(req.computed, block) - hold.logical
+                if need > 0:
+                    kv.grow(hold, need)
+        for item in step.work:
+            req = <_Req>item
+            hold = req.hold
+            if hold is None:
+                continue
+            full = req.computed // block
+            if full > hold.cached:
+                kv.commit(hold, req, full)
+            if store and req.pool_stored >= 0:
+                self._store_chunks(req, end)
+            if req.generated >= req.output_tokens:
+                req.finished = True
+                req.finished_at = end
+                kv.release(hold)
+                req.hold = None
+                step.finished.append(req)
+        if step.finished:
+            self.running = [r for r in self.running if not (<_Req>r).finished]
+        return step.finished
+
+    cdef void _store_chunks(self, _Req req, double at):
+        cdef _Pool pool = self.pool
+        cdef int64_t chunks
+        if req.computed >= req.prompt_tokens:
+            pool.store(req.pool_keys, req.npool, at)
+            req.pool_stored = -1
+            return
+        chunks = min(req.computed // pool.chunk_tokens, <int64_t>req.npool)
+        if chunks > req.pool_stored:
+            pool.store(req.pool_keys + req.pool_stored, chunks - req.pool_stored, at)
+            req.pool_stored = chunks
+
+
+# --- every replica and the event queue (cluster.py) -----------------------------------
+
+cdef struct _Event:
+    double t
+    int kind  # 0: arrival, 1: step boundary (arrivals first at equal times)
+    int64_t seq
+    int replica
+    int64_t version
+
+
+cdef inline bint _before(const _Event& a, const _Event& b) noexcept:
+    if a.t != b.t:
+        return a.t < b.t
+    if a.kind != b.kind:
+        return a.kind < b.kind
+    return a.seq < b.seq
+
+
+cdef class Cluster:
+    """The compiled twin of :class:`sessiongen.sim.cluster.Cluster` for the virtual
+    clock: requests go in by :meth:`submit`, each finished one comes out through
+    ``on_finish(result)``, ``result`` built by ``make_result`` from its fields (those
+    of :class:`sessiongen.sim.virtual.RequestResult`, in order)."""
+
+    cdef Params p
+    cdef _Pool pool
+    cdef list replicas
+    cdef bint collapse
+    cdef object on_finish
+    cdef object make_result
+    cdef list _steps
+    cdef vector[double] _idle_since
+    cdef vector[double] _wake_at
+    cdef vector[bint] _waking
+    cdef vector[int64_t] _version
+    cdef vector[_Event] _heap
+    cdef dict _arrivals
+    cdef int64_t _seq
+    cdef public double now
+    cdef public int64_t events
+    cdef public int64_t steps
+
+    def __init__(self, profile, *, bint shared_cache, bint collapse, on_finish, make_result):
+        cdef Params p
+        cdef int i
+        p.slowdown = profile.slowdown
+        p.max_num_batched_tokens = profile.max_num_batched_tokens
+        p.max_num_seqs = profile.max_num_seqs
+        p.block_tokens = profile.local_block_tokens
+        p.cache_blocks = profile.local_cache_tokens // profile.local_block_tokens
+        p.chunk_tokens = profile.pool_chunk_tokens
+        p.kv_bytes_per_token = profile.kv_bytes_per_token
+        p.pool_bandwidth_gbps = profile.pool_bandwidth_gbps
+        p.pool_load_fixed_s = profile.pool_load_fixed_s
+        p.pool_store_s_per_gb = profile.pool_store_s_per_gb
+        p.prefill_s_per_ktok = profile.prefill_s_per_ktok
+        p.attn_s_per_ktok2 = profile.attn_s_per_ktok2
+        p.itl_base_s = profile.itl_base_s
+        p.itl_per_ktok_s = profile.itl_per_ktok_s
+        p.itl_per_batch_s = profile.itl_per_batch_s
+        p.async_loads = profile.pool_load_mode == "async"
+        self.p = p
+        chunk_bytes = profile.pool_chunk_tokens * profile.kv_bytes_per_token
+        capacity = max(int(profile.pool_capacity_gib * 2**30) // chunk_bytes, 0)
+        self.pool = _Pool(shared_cache, capacity, p)
+        overheads = _Overheads(
+            profile.hit_overhead_tokens, profile.hit_overhead_s, profile.slowdown
+        )
+        from collections import deque
+
+        self.replicas = [
+            _Sched(p, overheads, self.pool, deque()) for i in range(profile.replicas)
+        ]
+        self.collapse = collapse
+        self.on_finish = on_finish
+        self.make_result = make_result
+        n = profile.replicas
+        self._steps = [None] * n
+        self._idle_since.assign(n, -INFINITY)
+        self._wake_at.assign(n, 0.0)
+        self._waking.assign(n, False)
+        self._version.assign(n, 0)
+        self._arrivals = {}
+        self.now = -INFINITY
+
+    # --- the event heap ---------------------------------------------------------------
+
+    cdef void _push(self, double t, int kind, int replica, int64_t version):
+        cdef _Event ev
+        cdef size_t i, parent
+        ev.t, ev.kind, ev.seq, ev.replica, ev.version = t, kind, self._seq, replica, version
+        self._seq += 1
+        self._heap.push_back(ev)
+        i = self._heap.size() - 1
+        while i > 0:
+            parent = (i - 1) // 2
+            if not _before(ev, self._heap[parent]):
+                break
+            self._heap[i] = self._heap[parent]
+            i = parent
+        self._heap[i] = ev
+
+    cdef _Event _pop(self):
+        cdef _Event top = self._heap[0]
+        cdef _Event last = self._heap.back()
+        cdef size_t n, i, child
+        self._heap.pop_back()
+        n = self._heap.size()
+        if n:
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                if child + 1 < n and _before(self._heap[child + 1], self._heap[child]):
+                    child += 1
+                if not _before(self._heap[child], last):
+                    break
+                self._heap[i] = self._heap[child]
+                i = child
+            self._heap[i] = last
+        return top
+
+    # --- the driver's side ------------------------------------------------------------
+
+    def submit(
+        self,
+        double arrival,
+        int replica,
+        int64_t prompt_tokens,
+        int64_t output_tokens,
+        keys,
+        pool_keys,
+        tag,
+    ):
+        """Queue a request's arrival; ``keys`` (uint64, C-contiguous) are its blocks'
+        keys as far as known, ``pool_keys`` its prompt's chunk keys."""
+        cdef _Req req
+        if prompt_tokens < 1 or output_tokens < 1:
+            raise ValueError("a request needs at least one prompt and one output token")
+        if not 0 <= replica < len(self.replicas):
+            raise ValueError(f"replica {replica} outside 0..{len(self.replicas) - 1}")
+        req = _Req.__new__(_Req)
+        req.tag = tag
+        req.replica = replica
+        req.prompt_tokens = prompt_tokens
+        req.output_tokens = output_tokens
+        req.keys_owner = keys
+        req.keys = _pointer(keys, &req.nkeys)
+        base = keys.base
+        req.keys_owner_len = len(base) if base is not None else req.nkeys
+        req.pool_owner = pool_keys
+        req.pool_keys = _pointer(pool_keys, &req.npool)
+        req.arrival = arrival
+        req.prefilling = True
+        self._arrivals[self._seq] = req
+        self._push(arrival, 0, replica, 0)
+
+    def next_time(self):
+        """The time of the next event, None when there is none."""
+        cdef _Event top
+        while self._heap.size():
+            top = self._heap[0]
+            if top.kind == 1 and top.version != self._version[top.replica]:
+                self._pop()
+                continue
+            return top.t
+        return None
+
+    def advance(self, double until):
+        """Process every event at or before ``until``, in time order."""
+        cdef _Event ev
+        cdef _Req req
+        while self._heap.size() and self._heap[0].t <= until:
+            ev = self._pop()
+            if ev.kind == 1:
+                if ev.version == self._version[ev.replica]:
+                    if ev.t > self.now:
+                        self.now = ev.t
+                    self._boundary(ev.replica, ev.t)
+            else:
+                req = <_Req>self._arrivals.pop(ev.seq)
+                if ev.t > self.now:
+                    self.now = ev.t
+                self._arrive(ev.replica, req, ev.t)
+            self.events += 1
+
+    cdef void _arrive(self, int r, _Req req, double t) except *:
+        cdef _Sched sched = <_Sched>self.replicas[r]
+        cdef object current = self._steps[r]
+        cdef _Step step
+        cdef double wake
+        sched.add(req)
+        if current is None:
+            wake = t if t >= self._idle_since[r] else self._idle_since[r]
+            if not self._waking[r] or wake < self._wake_at[r]:
+                self._waking[r] = True
+                self._wake_at[r] = wake
+                self._push_boundary(r, wake)
+        else:
+            step = <_Step>current
+            if step.count > 1 and step.open and sched.truncate(step, t):
+                self._push_boundary(r, step.end)
+
+    cdef void _boundary(self, int r, double t) except *:
+        cdef _Sched sched = <_Sched>self.replicas[r]
+        cdef object current = self._steps[r]
+        cdef _Step step, new
+        cdef object ready
+        cdef double when
+        if current is not None:
+            step = <_Step>current
+            sched.complete(step)
+            self._ended(r, step)
+        self._waking[r] = False
+        new = sched.schedule(t)
+        self._steps[r] = new
+        if new is None:
+            self._idle_since[r] = t
+            ready = sched.next_ready()
+            if ready is not None:
+                when = <double>ready if <double>ready >= t else t
+                self._waking[r] = True
+                self._wake_at[r] = when
+                self._push_boundary(r, when)
+            return
+        if self.collapse:
+            sched.extend(new)
+        self._push_boundary(r, new.end)
+
+    cdef void _push_boundary(self, int r, double t):
+        self._version[r] += 1
+        self._push(t, 1, r, self._version[r])
+
+    cdef void _ended(self, int r, _Step step) except *:
+        cdef _Req req
+        self.steps += step.count
+        for item in step.finished:
+            req = <_Req>item
+            result = self.make_result(
+                req.tag,
+                r,
+                req.prompt_tokens,
+                req.output_tokens,
+                req.arrival,
+                req.admitted_at,
+                req.first_token_at,
+                req.finished_at,
+                req.local_hit,
+                req.pool_hit,
+                req.preemptions,
+                req.kv_blocks_at_admission,
+                req.running_at_admission,
+                req.waiting_at_admission,
+            )
+            self.on_finish(result)
+
+
+# --- chain hashing (cache.py) ----------------------------------------------------------
+
+cdef uint64_t _R = 0x9E3779B97F4A7C15ULL
+cdef uint64_t _POSITION = 0xD1B54A32D192ED03ULL
+
+
+cdef inline uint64_t _mix(uint64_t z) noexcept:
+    z ^= z >> 30
+    z *= 0xBF58476D1CE4E5B9ULL
+    z ^= z >> 27
+    z *= 0x94D049BB133111EBULL
+    z ^= z >> 31
+    return z
+
+
+cdef inline uint64_t _power(uint64_t base, uint64_t exponent) noexcept:
+    cdef uint64_t out = 1
+    while exponent:
+        if exponent & 1:
+            out *= base
+        base *= base
+        exponent >>= 1
+    return out
+
+
+def chain_hash(
+    const uint64_t[::1] seq,
+    const uint64_t[::1] weights,
+    uint64_t scaled,
+    uint64_t done,
+    uint64_t r_inv,
+    uint64_t[::1] out,
+):
+    """``KeyChain._hash``'s arithmetic for the whole blocks of ``seq`` (``len(weights)``
+    tokens each) that follow ``done`` hashed blocks whose running sum is ``scaled``:
+    writes their keys to ``out`` and returns the new running sum. Every operation is
+    modulo 2^64, as numpy's uint64 arrays compute it, so the keys are the same bits."""
+    cdef Py_ssize_t size = weights.shape[0]
+    cdef Py_ssize_t blocks = seq.shape[0] // size
+    cdef Py_ssize_t j, k
+    cdef uint64_t digest, inv = _power(r_inv, done), fwd = _power(_R, done)
+    cdef const uint64_t* tokens
+    if out.shape[0] < blocks:
+        raise ValueError("out: fewer slots than blocks")
+    for j in range(blocks):
+        tokens = &seq[j * size]
+        digest = 0
+        for k in range(size):
+            digest += tokens[k] * weights[k]
+        digest += (done + <uint64_t>j + 1) * _POSITION
+        digest = _mix(digest) * inv
+        scaled += digest
+        out[j] = _mix(scaled * fwd)
+        inv *= r_inv
+        fwd *= _R
+    return scaled

@@ -1,0 +1,95 @@
+"""Which engine runs on the virtual clock: the compiled one where it was built, else Python.
+
+The compiled engine (``sessiongen/sim/_core.pyx``, built by ``pip install``) is the same
+engine as :mod:`.cluster` and :mod:`.scheduler`, ported decision by decision; it exists
+because a planned day is millions of engine steps, each a few dozen attribute reads and
+branches that the interpreter makes 10-20x slower. Results are identical
+(``tests/unit/sim/test_engines.py``), so the choice is speed only.
+
+``SESSIONGEN_ENGINE=python`` (or ``compiled``) forces one; ``auto`` (the default) takes the
+compiled engine when it imports and is not older than its source file (an editable
+checkout whose ``_core.pyx`` changed since the last ``pip install -e .`` runs Python and
+says why once, rather than silently running an older engine).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from sessiongen.errors import MissingDependencyError, UserError
+
+Engine = Literal["auto", "python", "compiled"]
+
+#: The environment variable that forces an engine.
+ENV = "SESSIONGEN_ENGINE"
+
+ENGINES: tuple[Engine, ...] = ("auto", "python", "compiled")
+
+
+@functools.cache
+def _load() -> tuple[ModuleType | None, str]:
+    """(the compiled module or None, why not)."""
+    try:
+        from sessiongen.sim import _core
+    except ImportError as exc:
+        return None, f"not built ({exc})"
+    built = Path(_core.__file__)
+    source = built.with_name("_core.pyx")
+    if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
+        return None, f"{built.name} is older than {source.name}: run pip install -e . again"
+    return _core, ""
+
+
+def core() -> ModuleType | None:
+    """The compiled engine's module, None where it is not usable."""
+    return _load()[0]
+
+
+def resolve(engine: Engine = "auto") -> Literal["python", "compiled"]:
+    """The engine to run: ``engine``, or the environment's choice when ``auto``.
+
+    Raises MissingDependencyError when the compiled engine is asked for and not usable.
+    """
+    chosen = engine
+    if chosen == "auto":
+        forced = os.environ.get(ENV, "auto")
+        if forced not in ENGINES:
+            raise UserError(f"{ENV}={forced}: expected one of {', '.join(ENGINES)}")
+        chosen = forced
+    module, why = _load()
+    if chosen == "python":
+        return "python"
+    if module is None:
+        if chosen == "compiled":
+            raise MissingDependencyError(f"the compiled engine is {why}")
+        _warn_once(why)
+        return "python"
+    return "compiled"
+
+
+@functools.cache
+def _warn_once(why: str) -> None:
+    if "older than" in why:
+        warnings.warn(f"running the Python engine: the compiled one {why}", stacklevel=3)
+
+
+def hash_kernel() -> Callable[..., Any] | None:
+    """The compiled chain hash (:func:`sessiongen.sim.cache.KeyChain` hashes with numpy
+    without it), when the compiled engine is the one chosen (asked at every hash: the
+    environment is read each time, the choice it makes is cached)."""
+    return _kernel_for(os.environ.get(ENV, "auto"))
+
+
+@functools.cache
+def _kernel_for(setting: str) -> Callable[..., Any] | None:
+    module = core()
+    if module is None or setting == "python":
+        return None
+    kernel: Callable[..., Any] = module.chain_hash
+    return kernel

@@ -1,0 +1,49 @@
+"""The planner's rows become frames with exactly ``requests.parquet``'s schema."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from sessiongen.capacity.rows import BlockFacts, PlannedRecords, PlannedRow
+from sessiongen.records.format import REQUEST_SCHEMA
+
+
+def _row(turn: int, *, warmup: bool = False) -> PlannedRow:
+    return PlannedRow(
+        "s1", 0, 512, turn, 1, turn > 1, warmup, 1000, 900, 800, 10, 0.0, 0.5, 0.5, 2.0,
+        3.0, 700, 100, None, None, 0.5, 1.0, 20.0, 0.1, None, None, None, None,
+    )  # fmt: skip
+
+
+def _facts(block: int, cache: str) -> BlockFacts:
+    return BlockFacts(
+        run_id="r", block=block, block_in_placement=block, placement="fixed", cache=cache,
+        load_level=2.0, routed=False,
+    )  # fmt: skip
+
+
+def test_every_field_of_a_row_is_a_column_of_the_schema() -> None:
+    assert set(PlannedRow._fields) <= set(REQUEST_SCHEMA)
+    assert set(_facts(0, "on").columns()) <= set(REQUEST_SCHEMA) - set(PlannedRow._fields)
+
+
+def test_rows_of_two_blocks_carry_their_blocks_facts() -> None:
+    records = PlannedRecords(batch=3)  # a batch boundary inside a block, too
+    records.begin(_facts(0, "off"))
+    for k in (1, 2):
+        records.add(_row(k))
+    records.begin(_facts(1, "on"))
+    for k in (1, 2, 3, 4):
+        records.add(_row(k))
+    frame = records.frame()
+    assert frame.schema == pl.Schema(REQUEST_SCHEMA)
+    assert frame["cache"].to_list() == ["off"] * 2 + ["on"] * 4
+    assert frame["turn"].to_list() == [1, 2, 1, 2, 3, 4]
+    assert frame["status"].unique().to_list() == ["ok"]
+    assert frame["replica_source"].unique().to_list() == ["placement"]
+    assert frame["output_text"].null_count() == frame.height
+    assert frame["load_level"].to_list() == [2.0] * 6
+
+
+def test_no_rows_is_an_empty_frame_with_the_schema() -> None:
+    assert PlannedRecords().frame().schema == pl.Schema(REQUEST_SCHEMA)
