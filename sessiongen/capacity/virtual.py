@@ -39,6 +39,7 @@ sessions have texts of their own, so none is a shape for the others.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
@@ -419,7 +420,9 @@ class VirtualBlock:
         self.router = RouterModel(policy, self.replicas, scenario.seed) if policy else None
         self._events: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = itertools.count()
-        self._waiting: list[_Live] = []
+        self._waiting: collections.deque[_Live] = collections.deque()
+        self._starts: list[tuple[float, int]] = []
+        self._offsets: list[float] | None = None
         self._slots = self._concurrency()
         self._warm: Iterator[_Warm] = iter(())
 
@@ -433,13 +436,26 @@ class VirtualBlock:
         heapq.heappush(self._events, (t, next(self._seq), action))
 
     def run(self) -> float:
-        """Run the block to its end; returns the modeled seconds it took."""
+        """Run the block to its end; returns the modeled seconds it took.
+
+        Session starts are not events in the queue (a day's 86,400 would make every pop
+        walk a deep heap): the next one waits in :attr:`_starts` and goes before any
+        event at the same time, as it did when all were queued first.
+        """
         self._warm = iter(self._warmups())
         self._next_warmup(0.0)
         cluster = self.driver.cluster
         events = self._events
+        starts = self._starts
         while True:
             engine_t = cluster.next_time()
+            if starts:
+                start_t = starts[-1][0]
+                if (not events or start_t <= events[0][0]) and (
+                    engine_t is None or start_t <= engine_t
+                ):
+                    self._start_next()
+                    continue
             if events and (engine_t is None or events[0][0] <= engine_t):
                 t, _seq, action = heapq.heappop(events)
                 action(t)
@@ -478,13 +494,22 @@ class VirtualBlock:
     # --- sessions ---------------------------------------------------------------------
 
     def _start_sessions(self, t: float) -> None:
-        sessions = self.prompts.sessions
+        """Every session's start, latest first (popped from the end): scheduled offsets,
+        or closed-loop sessions a stagger apart; ties in the sessions' order."""
         offsets = self.prompts.builder.starts(self.plan.level)
-        for i, s in enumerate(sessions):
-            offset = None if offsets is None else offsets[s.index]
-            live = _Live(s, offset, 0.0, s.pauses())
-            start = t + (i * START_STAGGER_S if offset is None else offset)
-            self.at(start, functools.partial(self._wants_slot, live))
+        self._offsets = offsets
+        starts = [
+            (t + (i * START_STAGGER_S if offsets is None else offsets[s.index]), i)
+            for i, s in enumerate(self.prompts.sessions)
+        ]
+        starts.sort(reverse=True)
+        self._starts[:] = starts  # in place: run() holds the list
+
+    def _start_next(self) -> None:
+        start, i = self._starts.pop()
+        session = self.prompts.sessions[i]
+        offset = None if self._offsets is None else self._offsets[session.index]
+        self._wants_slot(_Live(session, offset, 0.0, session.pauses()), start)
 
     def _wants_slot(self, live: _Live, now: float) -> None:
         """A session asks for a concurrency slot (closed loop: the level; open loop:
@@ -503,7 +528,7 @@ class VirtualBlock:
 
     def _release(self, now: float) -> None:
         if self._waiting:
-            self._begin(self._waiting.pop(0), now)
+            self._begin(self._waiting.popleft(), now)
         else:
             self._slots += 1
 

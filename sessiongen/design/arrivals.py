@@ -31,7 +31,9 @@ from sessiongen.scenario.spec import LoadSpec, SessionsSpec
 
 def _rng(*key: object) -> np.random.Generator:
     digest = hashlib.blake2b("\x1f".join(map(str, key)).encode(), digest_size=16).digest()
-    return np.random.default_rng(list(np.frombuffer(digest, dtype=np.uint32)))
+    # The words as an array, not a list of numpy scalars: the same seed (SeedSequence
+    # takes each word as one uint32 either way), a third cheaper per session.
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
 
 
 def arrival_offsets(load: LoadSpec, rate: float, n: int, seed: int) -> list[float]:

@@ -21,13 +21,12 @@ written as in Python for the non-negative operands it sees (``cdivision``: no si
 fix-ups), ceilings as ``(a + b - 1) // b``.
 """
 
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.math cimport INFINITY, ceil, pow, sqrt
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
-
-import heapq
 
 import numpy as np
 
@@ -210,6 +209,16 @@ cdef class _Match:
     cdef int64_t free_blocks
 
 
+cdef struct _Free:
+    int64_t base  # the free-queue counter of the run's last block when it was queued
+    int64_t seq
+    PyObject* node  # a reference the heap owns
+
+
+cdef inline bint _earlier(const _Free& a, const _Free& b) noexcept:
+    return a.base < b.base or (a.base == b.base and a.seq < b.seq)
+
+
 cdef class _KVCache:
     cdef int64_t capacity
     cdef int64_t block_tokens
@@ -217,7 +226,7 @@ cdef class _KVCache:
     cdef int64_t cached
     cdef int64_t evictable
     cdef int64_t raw
-    cdef list heap
+    cdef vector[_Free] heap  # kvcache.py's heapq of (base, seq, node), as C structs
     cdef int64_t tick
     cdef int64_t seq
     cdef int64_t evicted_blocks
@@ -226,7 +235,66 @@ cdef class _KVCache:
         self.capacity = capacity_blocks
         self.block_tokens = block_tokens
         self.root = _node(None, NULL, 0, 0, 0, None, 1)
-        self.heap = []
+
+    def __dealloc__(self):
+        cdef size_t i
+        for i in range(self.heap.size()):
+            Py_DECREF(<object>self.heap[i].node)
+        self.heap.clear()
+
+    # --- the free queue's heap: smallest (base, seq) on top ----------------------------
+
+    cdef void _sift_up(self, size_t i) noexcept:
+        cdef _Free item = self.heap[i]
+        cdef size_t parent
+        while i > 0:
+            parent = (i - 1) // 2
+            if not _earlier(item, self.heap[parent]):
+                break
+            self.heap[i] = self.heap[parent]
+            i = parent
+        self.heap[i] = item
+
+    cdef void _sift_down(self, size_t i) noexcept:
+        cdef size_t n = self.heap.size()
+        cdef _Free item = self.heap[i]
+        cdef size_t child
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and _earlier(self.heap[child + 1], self.heap[child]):
+                child += 1
+            if not _earlier(self.heap[child], item):
+                break
+            self.heap[i] = self.heap[child]
+            i = child
+        self.heap[i] = item
+
+    cdef void _push(self, int64_t base, _Node node):
+        cdef _Free item
+        Py_INCREF(node)
+        item.base, item.seq, item.node = base, self.seq, <PyObject*>node
+        self.seq += 1
+        self.heap.push_back(item)
+        self._sift_up(self.heap.size() - 1)
+
+    cdef void _pop(self):
+        cdef PyObject* node = self.heap[0].node
+        self.heap[0] = self.heap.back()
+        self.heap.pop_back()
+        if self.heap.size():
+            self._sift_down(0)
+        Py_DECREF(<object>node)
+
+    cdef void _replace(self, int64_t base, _Node node):
+        """Pop the top and push ``(base, node)`` (``heapq.heapreplace``)."""
+        cdef PyObject* old = self.heap[0].node
+        Py_INCREF(node)
+        self.heap[0].base, self.heap[0].seq, self.heap[0].node = base, self.seq, <PyObject*>node
+        self.seq += 1
+        self._sift_down(0)
+        Py_DECREF(<object>old)
 
     cdef inline int64_t used_blocks(self) noexcept:
         return self.raw + self.cached - self.evictable
@@ -337,8 +405,7 @@ cdef class _KVCache:
                 node.base = self.tick
                 self.tick += node.n
                 self.evictable += node.n
-                heapq.heappush(self.heap, (node.base, self.seq, node))
-                self.seq += 1
+                self._push(node.base, node)
             node = node.parent
         self.raw -= hold.raw
         hold.last, hold.raw, hold.logical, hold.cached = self.root, 0, 0, 0
@@ -362,22 +429,18 @@ cdef class _KVCache:
         head.children[node.key0] = node
         if node.refs == 0:
             head.base = node.base + node.n
-            heapq.heappush(self.heap, (head.base, self.seq, head))
-            self.seq += 1
+            self._push(head.base, head)
         return head
 
     cdef void _evict(self, int64_t blocks):
-        cdef list heap = self.heap
-        cdef tuple top
         cdef _Node node
         cdef int64_t base, size, take
         while blocks > 0:
-            top = <tuple>heap[0]
-            base = top[0]
-            node = <_Node>top[2]
+            base = self.heap[0].base
+            node = <_Node>self.heap[0].node
             size = node.n
             if node.refs != 0 or node.base != base or not size:
-                heapq.heappop(heap)
+                self._pop()  # stale: held again, trimmed or freed again since
                 continue
             take = min(blocks, size)
             node.n = size - take
@@ -387,10 +450,9 @@ cdef class _KVCache:
             self.evicted_blocks += take
             blocks -= take
             if size > take:
-                heapq.heapreplace(heap, (node.base, self.seq, node))
-                self.seq += 1
+                self._replace(node.base, node)
             else:
-                heapq.heappop(heap)
+                self._pop()
                 del node.parent.children[node.key0]
                 node.parent = None
 
