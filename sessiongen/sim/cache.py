@@ -127,6 +127,7 @@ class KeyChain:
     __slots__ = (
         "_blocks",
         "_buf",
+        "_kernel",
         "_last",
         "_pending",
         "_scaled",
@@ -150,6 +151,9 @@ class KeyChain:
         self.tokens = tokens
         self._scaled = scaled
         self._tail = tail
+        # The compiled hash or None (numpy), chosen when a chain is started and kept
+        # by its extensions (asking the environment at every hash cost more than it).
+        self._kernel = hash_kernel()
         self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
         # Until this chain is hashed: the hashed chain it extends (its buffer, blocks,
         # running sum and tail; not the chain itself, whose ``_last`` names this one:
@@ -214,6 +218,7 @@ class KeyChain:
                 return last[1]
         out = KeyChain.__new__(KeyChain)
         out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + len(new), None
+        out._kernel = self._kernel
         pending = self._pending
         if pending is None:
             out._pending = (self._buf, self._blocks, self._scaled, self._tail, new)
@@ -239,7 +244,7 @@ class KeyChain:
             grown = _KeyBuffer(end)
             grown.array[:done] = buf.array[:done]
             buf = grown
-        kernel = hash_kernel()
+        kernel = self._kernel
         out = buf.array[done:end]
         if kernel is not None:  # the same arithmetic, compiled: one call, no temporaries
             seq = np.ascontiguousarray(seq)
