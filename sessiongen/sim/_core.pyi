@@ -27,6 +27,7 @@ class Cluster:
         replica: int,
         prompt_tokens: int,
         output_tokens: int,
+        head: NDArray[np.uint64],
         keys: NDArray[np.uint64],
         pool_keys: NDArray[np.uint64],
         tag: Any,

@@ -162,6 +162,22 @@ cdef inline Py_ssize_t _common(
     return lo
 
 
+cdef inline Py_ssize_t _common_req(
+    const uint64_t* run, _Req req, Py_ssize_t pos, Py_ssize_t n
+) noexcept:
+    """:func:`_common` against a request's keys from ``pos``, across its two pieces."""
+    cdef Py_ssize_t head, same
+    if pos >= req.nhead:
+        return _common(run, req.keys, pos - req.nhead, n)
+    if pos + n <= req.nhead:
+        return _common(run, req.head, pos, n)
+    head = req.nhead - pos
+    same = _common(run, req.head, pos, head)
+    if same < head:
+        return same
+    return head + _common(run + head, req.keys, 0, n - head)
+
+
 # --- one replica's KV cache (kvcache.py) ----------------------------------------------
 
 cdef class _Node:
@@ -311,12 +327,12 @@ cdef class _KVCache:
         cdef object found
         limit = min(<Py_ssize_t>limit_blocks, req.nkeys)
         while pos < limit:
-            found = node.children.get(req.keys[pos])
+            found = node.children.get(req.key(pos))
             if found is None:
                 break
             child = <_Node>found
             n = min(child.n, limit - pos)
-            used = _common(child.ptr, req.keys, pos, n)
+            used = _common_req(child.ptr, req, pos, n)
             if child.refs == 0:
                 free += used
             pos += used
@@ -362,34 +378,59 @@ cdef class _KVCache:
         node = hold.last
         pos = node.start + node.n
         while pos < target and node.children:
-            found = node.children.get(req.keys[pos])
+            found = node.children.get(req.key(pos))
             if found is None:
                 break
             child = <_Node>found
             n = min(<int64_t>child.n, target - pos)
-            used = _common(child.ptr, req.keys, pos, n)
+            used = _common_req(child.ptr, req, pos, n)
             if used < child.n:
                 child = self._split(child, used)
             self._ref(child)
             node, pos = child, pos + used
         if pos < target:
-            if node is not self.root and node.refs == 1 and not node.children:
-                node.owner, node.owner_len = req.keys_owner, req.keys_owner_len
-                node.ptr = req.keys + node.start
+            if (
+                node is not self.root and node.refs == 1 and not node.children
+                and (node.start >= req.nhead or target <= req.nhead)
+            ):  # only this request holds it and the keys are in one piece: extend it
+                if node.start >= req.nhead:
+                    node.owner, node.owner_len = req.keys_owner, req.keys_owner_len
+                    node.ptr = req.keys + (node.start - req.nhead)
+                else:
+                    node.owner, node.owner_len = req.head_owner, req.head_owner_len
+                    node.ptr = req.head + node.start
                 node.n = target - node.start
             else:
-                child = _node(
-                    req.keys_owner, req.keys + pos, target - pos, req.keys_owner_len,
-                    pos, node, 1,
-                )
-                node.children[child.key0] = child
-                node = child
+                node = self._grow_path(node, req, pos, target)
             moved = target - pos
             hold.raw -= moved
             self.raw -= moved
             self.cached += moved
         hold.last = node
         hold.cached = target
+
+    cdef _Node _grow_path(self, _Node node, _Req req, int64_t pos, int64_t target):
+        """New runs for blocks ``pos..target`` below ``node``, one per piece of the
+        request's keys they lie in (where kvcache.py makes one run: how blocks are
+        grouped into runs changes no lookup, hold or eviction); returns the deepest."""
+        cdef _Node child
+        cdef int64_t end
+        while pos < target:
+            if pos < req.nhead:
+                end = min(target, <int64_t>req.nhead)
+                child = _node(
+                    req.head_owner, req.head + pos, end - pos, req.head_owner_len,
+                    pos, node, 1,
+                )
+            else:
+                end = target
+                child = _node(
+                    req.keys_owner, req.keys + (pos - req.nhead), end - pos,
+                    req.keys_owner_len, pos, node, 1,
+                )
+            node.children[child.key0] = child
+            node, pos = child, end
+        return node
 
     cdef void release(self, _Hold hold):
         cdef _Node node = hold.last
@@ -595,6 +636,12 @@ cdef class _Req:
     cdef int replica
     cdef int64_t prompt_tokens
     cdef int64_t output_tokens
+    # Its block keys in two pieces (KeyChain.segments): a prefix other requests share,
+    # then its own; ``nkeys`` in all.
+    cdef object head_owner
+    cdef const uint64_t* head
+    cdef Py_ssize_t nhead
+    cdef Py_ssize_t head_owner_len
     cdef object keys_owner
     cdef const uint64_t* keys
     cdef Py_ssize_t nkeys
@@ -625,6 +672,9 @@ cdef class _Req:
 
     cdef inline int64_t num_tokens(self) noexcept:
         return self.prompt_tokens + self.generated
+
+    cdef inline uint64_t key(self, Py_ssize_t i) noexcept:
+        return self.head[i] if i < self.nhead else self.keys[i - self.nhead]
 
 
 cdef class _Step:
@@ -1174,12 +1224,15 @@ cdef class Cluster:
         int replica,
         int64_t prompt_tokens,
         int64_t output_tokens,
+        head,
         keys,
         pool_keys,
         tag,
     ):
-        """Queue a request's arrival; ``keys`` (uint64, C-contiguous) are its blocks'
+        """Queue a request's arrival; ``head`` then ``keys`` (uint64, C-contiguous, the
+        two pieces of :attr:`sessiongen.sim.cache.KeyChain.segments`) are its blocks'
         keys as far as known, ``pool_keys`` its prompt's chunk keys."""
+        cdef Py_ssize_t own
         cdef _Req req
         if prompt_tokens < 1 or output_tokens < 1:
             raise ValueError("a request needs at least one prompt and one output token")
@@ -1190,10 +1243,15 @@ cdef class Cluster:
         req.replica = replica
         req.prompt_tokens = prompt_tokens
         req.output_tokens = output_tokens
+        req.head_owner = head
+        req.head = _pointer(head, &req.nhead)
+        base = head.base
+        req.head_owner_len = len(base) if base is not None else req.nhead
         req.keys_owner = keys
-        req.keys = _pointer(keys, &req.nkeys)
+        req.keys = _pointer(keys, &own)
         base = keys.base
-        req.keys_owner_len = len(base) if base is not None else req.nkeys
+        req.keys_owner_len = len(base) if base is not None else own
+        req.nkeys = req.nhead + own
         req.pool_owner = pool_keys
         req.pool_keys = _pointer(pool_keys, &req.npool)
         req.arrival = arrival

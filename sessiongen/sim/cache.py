@@ -95,10 +95,8 @@ def chain_keys(ids: NDArray[Any], block_tokens: int) -> list[int]:
 class _KeyBuffer:
     """Key storage with room to grow, shared by a chain and its extensions.
 
-    Only ``array[:used]`` is ever read. The room is an eighth: every session that
-    starts from a shared 128k document copies the document's 8,000 keys into a
-    buffer of its own, and then grows by a few keys a turn; fresh, smaller, unfilled
-    buffers halve that copy's cost.
+    Only ``array[:used]`` is ever read, and nothing below ``used`` is ever written again,
+    so chains may keep views of it. The room is an eighth, at least 64 keys.
     """
 
     __slots__ = ("array", "used")
@@ -106,6 +104,9 @@ class _KeyBuffer:
     def __init__(self, keys: int) -> None:
         self.array = np.empty(keys + max(keys // 8, 64), dtype=np.uint64)
         self.used = 0
+
+
+_NO_KEYS: NDArray[np.uint64] = np.zeros(0, dtype=np.uint64)
 
 
 class KeyChain:
@@ -116,7 +117,16 @@ class KeyChain:
     :meth:`extend` hashes only the new tokens. A session's next turn (its previous prompt,
     the answer, a new question) or a request's output costs what is new, not the whole
     context again: the keys live in a buffer with spare room that the first extension
-    hashed appends to (a chain extended twice from the same point copies once).
+    hashed appends to.
+
+    The keys are two pieces, :attr:`segments`: a *prefix* shared with other chains (a
+    view, never copied) and the chain's *own* keys in its buffer. A chain extended a
+    second time from the same point (a prompt extended by its answer and by the next
+    turn's question; a shared document by every session) cannot append where the first
+    extension did: the new chain keeps the prefix and copies only the own keys, or, when
+    there was no prefix, takes all the keys so far as its prefix and copies nothing. So a
+    day of sessions on one 128k document holds the document's keys once, not once a
+    turn (each turn copied its 8,000 keys, a quarter of a planned request's time).
 
     An extension is hashed when its keys are first read, and extending a chain nobody
     has read yet hashes both pieces in one pass: a session's question, extended when
@@ -125,11 +135,12 @@ class KeyChain:
     """
 
     __slots__ = (
-        "_blocks",
         "_buf",
         "_kernel",
         "_last",
+        "_own",
         "_pending",
+        "_prefix",
         "_scaled",
         "_tail",
         "block_tokens",
@@ -140,14 +151,16 @@ class KeyChain:
         self,
         block_tokens: int,
         buf: _KeyBuffer,
-        blocks: int,
+        own: int,
         tokens: int,
         scaled: np.uint64,
         tail: NDArray[np.uint64],
+        prefix: NDArray[np.uint64] = _NO_KEYS,
     ) -> None:
         self.block_tokens = block_tokens
+        self._prefix = prefix
         self._buf = buf
-        self._blocks = blocks
+        self._own = own
         self.tokens = tokens
         self._scaled = scaled
         self._tail = tail
@@ -155,20 +168,27 @@ class KeyChain:
         # by its extensions (asking the environment at every hash cost more than it).
         self._kernel = hash_kernel()
         self._last: tuple[NDArray[np.uint64], KeyChain] | None = None
-        # Until this chain is hashed: the hashed chain it extends (its buffer, blocks,
-        # running sum and tail; not the chain itself, whose ``_last`` names this one:
-        # a reference cycle would keep every session's keys until a full collection)
-        # and the tokens that follow it.
+        # Until this chain is hashed: the hashed chain it extends (its prefix, buffer,
+        # own keys, running sum and tail; not the chain itself, whose ``_last`` names
+        # this one: a reference cycle would keep every session's keys until a full
+        # collection) and the tokens that follow it.
         self._pending: (
-            tuple[_KeyBuffer, int, np.uint64, NDArray[np.uint64], NDArray[np.uint64]] | None
+            tuple[
+                NDArray[np.uint64],
+                _KeyBuffer,
+                int,
+                np.uint64,
+                NDArray[np.uint64],
+                NDArray[np.uint64],
+            ]
+            | None
         ) = None
 
     @classmethod
     def of(cls, ids: Any, block_tokens: int) -> KeyChain:
         """The keys of ``ids`` (any integer sequence), hashed now (the served simulator
         hashes in a worker thread, not on its event loop)."""
-        empty = np.zeros(0, dtype=np.uint64)
-        chain = cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), empty).extend(ids)
+        chain = cls(block_tokens, _KeyBuffer(0), 0, 0, _U64(0), _NO_KEYS).extend(ids)
         chain._hash()
         return chain
 
@@ -197,12 +217,21 @@ class KeyChain:
         return self.tokens // self.block_tokens
 
     @property
-    def keys(self) -> NDArray[np.uint64]:
-        """The keys (a read-only view; later extensions never change it)."""
+    def segments(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+        """The keys as (prefix, own): read-only views whose concatenation is :attr:`keys`."""
         if self._pending is not None:
             self._hash()
-        view: NDArray[np.uint64] = self._buf.array[: self._blocks]
-        return view
+        own: NDArray[np.uint64] = self._buf.array[: self._own]
+        return self._prefix, own
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        """The keys, contiguous (a view when the chain has no prefix, else a new array;
+        later extensions never change it)."""
+        prefix, own = self.segments
+        if not len(prefix):
+            return own
+        return np.concatenate((prefix, own))
 
     def extend(self, ids: Any) -> KeyChain:
         """The keys of this sequence followed by ``ids`` (this one is unchanged).
@@ -221,31 +250,41 @@ class KeyChain:
         out._kernel = self._kernel
         pending = self._pending
         if pending is None:
-            out._pending = (self._buf, self._blocks, self._scaled, self._tail, new)
+            out._pending = (self._prefix, self._buf, self._own, self._scaled, self._tail, new)
         else:  # not hashed yet either: hash both pieces at once
-            buf, blocks, scaled, tail, before = pending
-            out._pending = (buf, blocks, scaled, tail, np.concatenate((before, new)))
+            prefix, buf, own, scaled, tail, before = pending
+            out._pending = (prefix, buf, own, scaled, tail, np.concatenate((before, new)))
         self._last = (new, out)
         return out
 
     def _hash(self) -> None:
         """Hash the pending tokens onto the hashed chain they follow."""
         assert self._pending is not None
-        buf, done, base_scaled, base_tail, new = self._pending
+        prefix, buf, own, base_scaled, base_tail, new = self._pending
         seq = np.concatenate((base_tail, new)) if len(base_tail) else new
         size = self.block_tokens
         blocks = len(seq) // size
         self._pending = None
         if blocks == 0:
-            self._buf, self._blocks, self._scaled, self._tail = buf, done, base_scaled, seq
+            self._prefix, self._buf, self._own = prefix, buf, own
+            self._scaled, self._tail = base_scaled, seq
             return
-        end = done + blocks
-        if buf.used != done or len(buf.array) < end:
-            grown = _KeyBuffer(end)
-            grown.array[:done] = buf.array[:done]
+        if buf.used != own:  # another extension appended here first
+            if len(prefix):  # keep the shared prefix, copy the own keys
+                grown = _KeyBuffer(own + blocks)
+                grown.array[:own] = buf.array[:own]
+            else:  # everything so far becomes the prefix: nothing copied
+                prefix, grown = buf.array[:own], _KeyBuffer(blocks)
+                own = 0
             buf = grown
+        elif len(buf.array) < own + blocks:  # out of room
+            grown = _KeyBuffer(own + blocks)
+            grown.array[:own] = buf.array[:own]
+            buf = grown
+        done = len(prefix) + own  # keys before the new ones: the hash's positions
+        end = done + blocks
+        out = buf.array[own : own + blocks]
         kernel = self._kernel
-        out = buf.array[done:end]
         if kernel is not None:  # the same arithmetic, compiled: one call, no temporaries
             seq = np.ascontiguousarray(seq)
             last = _U64(kernel(seq, _weights(size), int(base_scaled), done, _R_INV, out))
@@ -261,8 +300,9 @@ class KeyChain:
             scaled += base_scaled
             out[:] = _mix(scaled * _powers(_R, length)[done:end])
             last = scaled[-1]
-        buf.used = end
-        self._buf, self._blocks, self._scaled, self._tail = buf, end, last, seq[blocks * size :]
+        buf.used = own + blocks
+        self._prefix, self._buf, self._own = prefix, buf, own + blocks
+        self._scaled, self._tail = last, seq[blocks * size :]
 
 
 class ChunkKeys:
@@ -290,9 +330,15 @@ class ChunkKeys:
 
     @property
     def keys(self) -> NDArray[np.uint64]:
+        """Every ``per_chunk``-th block key (the last block of each chunk), gathered from
+        the local chain's two segments without joining them."""
         step = self.per_chunk
-        view: NDArray[np.uint64] = self.local.keys[step - 1 :: step]
-        return view
+        prefix, own = self.local.segments
+        if not len(prefix):
+            view: NDArray[np.uint64] = own[step - 1 :: step]
+            return view
+        first = -(-(len(prefix) + 1) // step) * step - 1 - len(prefix)  # into own
+        return np.concatenate((prefix[step - 1 :: step], own[first::step]))
 
 
 @dataclass(frozen=True)

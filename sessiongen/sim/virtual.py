@@ -208,12 +208,14 @@ class VirtualDriver:
             )
             cluster.submit(req, arrival.replica)
         else:
+            head, own = local.segments
             cluster.submit(
                 arrival.at,
                 arrival.replica,
                 keys.tokens,
                 arrival.max_tokens,
-                local.keys,
+                head,
+                own,
                 np.ascontiguousarray(pool_keys),
                 arrival.tag,
             )

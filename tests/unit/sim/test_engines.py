@@ -103,16 +103,30 @@ def _profile(rng: np.random.Generator) -> SimProfile:
 
 def _workload(rng: np.random.Generator, p: SimProfile) -> list[Arrival]:
     """Requests that share prefixes (a few documents, extended turn by turn), some with
-    answers whose blocks are cached, arriving together and apart."""
+    answers whose blocks are cached, arriving together and apart. Half the prompts are
+    extensions of one key chain per document, whose keys then come in two pieces (a
+    shared prefix and their own, :attr:`KeyChain.segments`), as a planned session's do."""
     documents = [rng.integers(0, 1000, int(rng.integers(20, 600))) for _ in range(3)]
+    chains = [
+        cache.PromptKeys.of(doc, p.local_block_tokens, p.pool_chunk_tokens) for doc in documents
+    ]
     out: list[Arrival] = []
     t = 0.0
     for i in range(int(rng.integers(5, 40))):
-        doc = documents[int(rng.integers(0, len(documents)))]
+        which = int(rng.integers(0, len(documents)))
+        doc = documents[which]
         extra = rng.integers(0, 1000, int(rng.integers(1, 200)))
-        prompt = np.concatenate((doc[: int(rng.integers(1, len(doc) + 1))], extra))
-        longest = p.local_cache_tokens - len(prompt) - p.local_block_tokens
-        if longest < 1:
+        prompt: Any
+        if rng.random() < 0.5:
+            prompt = chains[which].extend(extra)
+            if rng.random() < 0.5:  # later turns extend this one
+                chains[which] = prompt
+            size = prompt.tokens
+        else:
+            prompt = np.concatenate((doc[: int(rng.integers(1, len(doc) + 1))], extra))
+            size = len(prompt)
+        longest = p.local_cache_tokens - size - p.local_block_tokens
+        if longest < 1 or size + 1 > p.max_model_len:
             continue
         tokens = int(rng.integers(1, min(60, longest) + 1))
         answer = rng.integers(0, 1000, tokens) if rng.random() < 0.5 else None
