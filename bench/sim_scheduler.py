@@ -35,12 +35,13 @@ load average printed around them. On the project's busy 2-core machine (load ave
 4 to 9) the day took 234.7 s of CPU before the sim-perf branch (2,210 requests per CPU
 second) and 147.3 s after it (3,522; 284 us a request); instruction counts
 (``valgrind --tool=callgrind``, the first quarter hour, imports subtracted) fell from
-7,332 M to 4,488 M. Where the rest goes: the day's running batches hold 9 requests on
+7,332 M to 4,488 M. Where the rest went: the day's running batches hold 9 requests on
 average (up to 40), and each request is visited about 20 times when steps are formed
 and again when they end (``ReplicaScheduler.schedule``, ``complete``, ``extend``), a
-few microseconds of Python each; then hashing a turn's new tokens (a numpy pass),
-this script's own random draws, and refreshing a 128k prompt's 82 chunks in the pool's
-LRU. Holding the running batch as arrays is the next step.
+few microseconds of Python each. That loop is what the compiled engine
+(``sessiongen/sim/_core.pyx``) runs: an hour here went from 196 to 58 us a request,
+the same requests, steps and TTFTs (2026-12-04, quiet). The engine that ran is printed
+(``SESSIONGEN_ENGINE=python`` for the Python one).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ import orjson
 from sessiongen.client.driver import Client
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.compiled import resolve
 from sessiongen.sim.process import start_sim
 from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
 
@@ -274,7 +276,7 @@ def ttft_summary(results: list[RequestResult]) -> str:
 
 
 def bench_virtual(hours: float, quick: bool) -> None:
-    print(f"virtual clock (load average before: {os.getloadavg()[0]:.2f})")
+    print(f"virtual clock, {resolve()} engine (load average before: {os.getloadavg()[0]:.2f})")
     day = run_workload(Workload(hours=hours))
     print(describe(f"{hours:g} h, 8 replicas, 1 session/s", day))
     print(ttft_summary(day.results))

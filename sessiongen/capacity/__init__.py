@@ -10,6 +10,8 @@
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
   simulator's engine, no HTTP), written as a run folder of target kind ``plan``; its
   blocks, arrivals and placements are :mod:`sessiongen.design`'s, as replay's are;
+- :mod:`.rows`: a planned run's request records as rows of what varies per request
+  and facts per block, written with ``requests.parquet``'s schema;
 - :mod:`.routers`: models of vllm-router's policies for routed placements;
 - :mod:`.grid`: ``--vary`` options, the configurations they give, the what-if
   columns' definitions (read by the report stage too);
