@@ -15,6 +15,7 @@ from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -30,15 +31,44 @@ class BuildPy(build_py):
         shutil.copyfile(ROOT / "notebooks" / "analysis.ipynb", target)
 
 
+class OptionalBuildExt(build_ext):
+    """Builds the compiled engine where a compiler is at hand, and warns where it cannot
+    (the install goes on; the Python engine runs). ``Extension(optional=True)`` alone
+    does not do it: a missing compiler still failed ``pip install -e .``, and an
+    editable install then copies every extension's build into the tree."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        self.failed: set[str] = set()
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # no compiler, no headers, a compile error
+            self.failed.add(ext.name)
+            self.warn(
+                f"{ext.name} not built ({exc}): the planner will run its pure-Python "
+                "engine (the same results, slower)"
+            )
+
+    def copy_extensions_to_source(self) -> None:
+        everything = self.extensions
+        self.extensions = [e for e in everything if e.name not in self.failed]
+        try:
+            super().copy_extensions_to_source()
+        finally:
+            self.extensions = everything
+
+
 core = Extension(
     "sessiongen.sim._core",
     ["sessiongen/sim/_core.pyx"],
     language="c++",
-    extra_compile_args=["-O2", "-ffp-contract=off"],
+    extra_compile_args=["-ffp-contract=off"],
     optional=True,
 )
 
 setup(
     ext_modules=cythonize([core], language_level=3, quiet=True),
-    cmdclass={"build_py": BuildPy},
+    cmdclass={"build_py": BuildPy, "build_ext": OptionalBuildExt},
 )

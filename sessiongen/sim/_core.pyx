@@ -225,14 +225,75 @@ cdef class _Match:
     cdef int64_t free_blocks
 
 
-cdef struct _Free:
-    int64_t base  # the free-queue counter of the run's last block when it was queued
-    int64_t seq
-    PyObject* node  # a reference the heap owns
+# --- a binary heap of C structs (heapq's order over tuples, without the tuples) -------
+
+cdef struct _Item:
+    double key  # an event's time, or a free KV run's counter
+    int64_t kind  # events: 0 arrival, 1 step boundary (arrivals first at equal times)
+    int64_t seq  # push order: unique, so no two items tie
+    int64_t replica  # events
+    int64_t version  # events: a boundary is stale unless it matches its replica's
+    PyObject* obj  # free KV runs: the run (its owner holds the reference)
 
 
-cdef inline bint _earlier(const _Free& a, const _Free& b) noexcept:
-    return a.base < b.base or (a.base == b.base and a.seq < b.seq)
+cdef inline bint _before(const _Item& a, const _Item& b) noexcept:
+    if a.key != b.key:
+        return a.key < b.key
+    if a.kind != b.kind:
+        return a.kind < b.kind
+    return a.seq < b.seq
+
+
+cdef class _Heap:
+    """Smallest (key, kind, seq) on top: the order in which the Python engine's heapq
+    pops its tuples, which start with those fields (seq is unique, so the rest of a
+    tuple is never compared)."""
+
+    cdef vector[_Item] items
+
+    cdef inline size_t size(self) noexcept:
+        return self.items.size()
+
+    cdef void push(self, _Item item) noexcept:
+        cdef size_t i, parent
+        self.items.push_back(item)
+        i = self.items.size() - 1
+        while i > 0:
+            parent = (i - 1) // 2
+            if not _before(item, self.items[parent]):
+                break
+            self.items[i] = self.items[parent]
+            i = parent
+        self.items[i] = item
+
+    cdef _Item pop(self) noexcept:
+        cdef _Item top = self.items[0]
+        cdef _Item last = self.items.back()
+        self.items.pop_back()
+        if self.items.size():
+            self._settle(last)
+        return top
+
+    cdef _Item replace(self, _Item item) noexcept:
+        """Pop the top and push ``item`` (``heapq.heapreplace``); returns the old top."""
+        cdef _Item top = self.items[0]
+        self._settle(item)
+        return top
+
+    cdef void _settle(self, _Item item) noexcept:
+        """Put ``item`` in the top's place and sift it down."""
+        cdef size_t n = self.items.size(), i = 0, child
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and _before(self.items[child + 1], self.items[child]):
+                child += 1
+            if not _before(self.items[child], item):
+                break
+            self.items[i] = self.items[child]
+            i = child
+        self.items[i] = item
 
 
 cdef class _KVCache:
@@ -242,7 +303,7 @@ cdef class _KVCache:
     cdef int64_t cached
     cdef int64_t evictable
     cdef int64_t raw
-    cdef vector[_Free] heap  # kvcache.py's heapq of (base, seq, node), as C structs
+    cdef _Heap heap  # kvcache.py's heapq of (base, seq, run); holds a reference to each run
     cdef int64_t tick
     cdef int64_t seq
     cdef int64_t evicted_blocks
@@ -251,66 +312,30 @@ cdef class _KVCache:
         self.capacity = capacity_blocks
         self.block_tokens = block_tokens
         self.root = _node(None, NULL, 0, 0, 0, None, 1)
+        self.heap = _Heap()
 
     def __dealloc__(self):
         cdef size_t i
-        for i in range(self.heap.size()):
-            Py_DECREF(<object>self.heap[i].node)
-        self.heap.clear()
+        if self.heap is not None:
+            for i in range(self.heap.size()):
+                Py_DECREF(<object>self.heap.items[i].obj)
+            self.heap.items.clear()
 
-    # --- the free queue's heap: smallest (base, seq) on top ----------------------------
-
-    cdef void _sift_up(self, size_t i) noexcept:
-        cdef _Free item = self.heap[i]
-        cdef size_t parent
-        while i > 0:
-            parent = (i - 1) // 2
-            if not _earlier(item, self.heap[parent]):
-                break
-            self.heap[i] = self.heap[parent]
-            i = parent
-        self.heap[i] = item
-
-    cdef void _sift_down(self, size_t i) noexcept:
-        cdef size_t n = self.heap.size()
-        cdef _Free item = self.heap[i]
-        cdef size_t child
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
-            if child + 1 < n and _earlier(self.heap[child + 1], self.heap[child]):
-                child += 1
-            if not _earlier(self.heap[child], item):
-                break
-            self.heap[i] = self.heap[child]
-            i = child
-        self.heap[i] = item
+    cdef inline _Item _free(self, int64_t base, _Node node) noexcept:
+        cdef _Item item
+        Py_INCREF(node)
+        item.key, item.kind, item.seq, item.obj = <double>base, 0, self.seq, <PyObject*>node
+        self.seq += 1
+        return item
 
     cdef void _push(self, int64_t base, _Node node):
-        cdef _Free item
-        Py_INCREF(node)
-        item.base, item.seq, item.node = base, self.seq, <PyObject*>node
-        self.seq += 1
-        self.heap.push_back(item)
-        self._sift_up(self.heap.size() - 1)
+        self.heap.push(self._free(base, node))
 
     cdef void _pop(self):
-        cdef PyObject* node = self.heap[0].node
-        self.heap[0] = self.heap.back()
-        self.heap.pop_back()
-        if self.heap.size():
-            self._sift_down(0)
-        Py_DECREF(<object>node)
+        Py_DECREF(<object>self.heap.pop().obj)
 
     cdef void _replace(self, int64_t base, _Node node):
-        """Pop the top and push ``(base, node)`` (``heapq.heapreplace``)."""
-        cdef PyObject* old = self.heap[0].node
-        Py_INCREF(node)
-        self.heap[0].base, self.heap[0].seq, self.heap[0].node = base, self.seq, <PyObject*>node
-        self.seq += 1
-        self._sift_down(0)
-        Py_DECREF(<object>old)
+        Py_DECREF(<object>self.heap.replace(self._free(base, node)).obj)
 
     cdef inline int64_t used_blocks(self) noexcept:
         return self.raw + self.cached - self.evictable
@@ -477,8 +502,8 @@ cdef class _KVCache:
         cdef _Node node
         cdef int64_t base, size, take
         while blocks > 0:
-            base = self.heap[0].base
-            node = <_Node>self.heap[0].node
+            base = <int64_t>self.heap.items[0].key
+            node = <_Node>self.heap.items[0].obj
             size = node.n
             if node.refs != 0 or node.base != base or not size:
                 self._pop()  # stale: held again, trimmed or freed again since
@@ -1095,22 +1120,6 @@ cdef class _Sched:
 
 # --- every replica and the event queue (cluster.py) -----------------------------------
 
-cdef struct _Event:
-    double t
-    int kind  # 0: arrival, 1: step boundary (arrivals first at equal times)
-    int64_t seq
-    int replica
-    int64_t version
-
-
-cdef inline bint _before(const _Event& a, const _Event& b) noexcept:
-    if a.t != b.t:
-        return a.t < b.t
-    if a.kind != b.kind:
-        return a.kind < b.kind
-    return a.seq < b.seq
-
-
 cdef class Cluster:
     """The compiled twin of :class:`sessiongen.sim.cluster.Cluster` for the virtual
     clock: requests go in by :meth:`submit`, each finished one comes out through
@@ -1128,7 +1137,7 @@ cdef class Cluster:
     cdef vector[double] _wake_at
     cdef vector[bint] _waking
     cdef vector[int64_t] _version
-    cdef vector[_Event] _heap
+    cdef _Heap _heap
     cdef dict _arrivals
     cdef int64_t _seq
     cdef public double now
@@ -1176,45 +1185,15 @@ cdef class Cluster:
         self._waking.assign(n, False)
         self._version.assign(n, 0)
         self._arrivals = {}
+        self._heap = _Heap()
         self.now = -INFINITY
 
-    # --- the event heap ---------------------------------------------------------------
-
     cdef void _push(self, double t, int kind, int replica, int64_t version):
-        cdef _Event ev
-        cdef size_t i, parent
-        ev.t, ev.kind, ev.seq, ev.replica, ev.version = t, kind, self._seq, replica, version
+        cdef _Item ev
+        ev.key, ev.kind, ev.seq, ev.replica, ev.version = t, kind, self._seq, replica, version
+        ev.obj = <PyObject*>NULL
         self._seq += 1
-        self._heap.push_back(ev)
-        i = self._heap.size() - 1
-        while i > 0:
-            parent = (i - 1) // 2
-            if not _before(ev, self._heap[parent]):
-                break
-            self._heap[i] = self._heap[parent]
-            i = parent
-        self._heap[i] = ev
-
-    cdef _Event _pop(self):
-        cdef _Event top = self._heap[0]
-        cdef _Event last = self._heap.back()
-        cdef size_t n, i, child
-        self._heap.pop_back()
-        n = self._heap.size()
-        if n:
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                if child + 1 < n and _before(self._heap[child + 1], self._heap[child]):
-                    child += 1
-                if not _before(self._heap[child], last):
-                    break
-                self._heap[i] = self._heap[child]
-                i = child
-            self._heap[i] = last
-        return top
+        self._heap.push(ev)
 
     # --- the driver's side ------------------------------------------------------------
 
@@ -1261,31 +1240,31 @@ cdef class Cluster:
 
     def next_time(self):
         """The time of the next event, None when there is none."""
-        cdef _Event top
+        cdef _Item top
         while self._heap.size():
-            top = self._heap[0]
+            top = self._heap.items[0]
             if top.kind == 1 and top.version != self._version[top.replica]:
-                self._pop()
+                self._heap.pop()
                 continue
-            return top.t
+            return top.key
         return None
 
     def advance(self, double until):
         """Process every event at or before ``until``, in time order."""
-        cdef _Event ev
+        cdef _Item ev
         cdef _Req req
-        while self._heap.size() and self._heap[0].t <= until:
-            ev = self._pop()
+        while self._heap.size() and self._heap.items[0].key <= until:
+            ev = self._heap.pop()
             if ev.kind == 1:
                 if ev.version == self._version[ev.replica]:
-                    if ev.t > self.now:
-                        self.now = ev.t
-                    self._boundary(ev.replica, ev.t)
+                    if ev.key > self.now:
+                        self.now = ev.key
+                    self._boundary(ev.replica, ev.key)
             else:
                 req = <_Req>self._arrivals.pop(ev.seq)
-                if ev.t > self.now:
-                    self.now = ev.t
-                self._arrive(ev.replica, req, ev.t)
+                if ev.key > self.now:
+                    self.now = ev.key
+                self._arrive(ev.replica, req, ev.key)
             self.events += 1
 
     cdef void _arrive(self, int r, _Req req, double t) except *:

@@ -58,7 +58,7 @@ def resolve(engine: Engine = "auto") -> Literal["python", "compiled"]:
     """
     chosen = engine
     if chosen == "auto":
-        forced = os.environ.get(ENV, "auto")
+        forced = os.environ.get(ENV) or "auto"
         if forced not in ENGINES:
             raise UserError(f"{ENV}={forced}: expected one of {', '.join(ENGINES)}")
         chosen = forced
@@ -83,7 +83,7 @@ def hash_kernel() -> Callable[..., Any] | None:
     """The compiled chain hash (:func:`sessiongen.sim.cache.KeyChain` hashes with numpy
     without it), when the compiled engine is the one chosen (asked at every hash: the
     environment is read each time, the choice it makes is cached)."""
-    return _kernel_for(os.environ.get(ENV, "auto"))
+    return _kernel_for(os.environ.get(ENV) or "auto")
 
 
 @functools.cache
