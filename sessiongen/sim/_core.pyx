@@ -15,10 +15,15 @@ preempt. The served simulator keeps the Python engine (it listens to every step)
 
 What differs is representation only: requests, steps and KV runs are typed objects
 whose fields are C numbers; a run's keys are a pointer into the request's key array
-(kept alive by a reference), compared without numpy; the pool's LRU is a hash map with
-an intrusive list; the event queue is a binary heap of C structs. Integer division is
-written as in Python for the non-negative operands it sees (``cdivision``: no sign
-fix-ups), ceilings as ``(a + b - 1) // b``.
+(kept alive by a reference), compared without numpy; a request's keys come in the two
+pieces of ``KeyChain.segments`` and a new run is cut where they join; the pool's LRU is
+a hash map with an intrusive list; the event queue and the KV free queue are binary
+heaps of C structs. Integer division is written as in Python for the non-negative
+operands it sees (``cdivision``: no sign fix-ups), ceilings as ``(a + b - 1) // b``.
+
+Sections, in the order the data flows: the profile's numbers and the timing model;
+key storage; one replica's KV cache; the heap; the shared pool; requests, steps and
+the scheduler; the cluster and its event queue (the one public class); the chain hash.
 """
 
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject

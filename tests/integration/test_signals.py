@@ -14,6 +14,7 @@ what it measured and said in its manifest that the run is incomplete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -149,6 +150,7 @@ def _replay(runs: Path, tag: str, case: Case, out: Path) -> subprocess.Popen[byt
     for override in OVERRIDES + (MID_BLOCK if case.phase == "mid-block" else ()):
         argv += ["--set", override]
     env = {**os.environ, descendants.TAG_VAR: tag, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONFAULTHANDLER"] = "1"  # a hung replay's stacks, when the test aborts it
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
 
     def ignore() -> None:
@@ -184,7 +186,15 @@ def test_a_signalled_replay_leaves_no_process_behind(
             if i:
                 time.sleep(gap_s)
             proc.send_signal(sig)
-        code = proc.wait(timeout=EXIT_DEADLINE_S)
+        try:
+            code = proc.wait(timeout=EXIT_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            # Where it hangs: SIGABRT makes faulthandler (PYTHONFAULTHANDLER, _replay)
+            # write every thread's stack to the output before the process dies.
+            proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            pytest.fail(f"still running {EXIT_DEADLINE_S:g} s after the signal:\n{out.read_text()}")
     finally:
         if proc.poll() is None:
             proc.kill()
