@@ -1,8 +1,10 @@
 """The simulator on a virtual clock: scripted arrivals in, per-request results out.
 
 No HTTP, no sleeping, no wall clock: :class:`VirtualDriver` runs the same engine as the
-served simulator (:class:`~sessiongen.sim.cluster.Cluster`) and jumps from one event to
-the next, so modeled hours take wall seconds. It is what the capacity planner runs.
+served simulator (:class:`~sessiongen.sim.cluster.Cluster`), or its compiled twin where
+it was built (``sessiongen/sim/_core.pyx``: the same results, several times faster), and
+jumps from one event to the next, so modeled hours take wall seconds. It is what the
+capacity planner runs.
 
 ::
 
