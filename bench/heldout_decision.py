@@ -1,11 +1,15 @@
 """The pool decision held out on the REAL CPU pair: planned gain and verdict against measured.
 
-    .venv/bin/python bench/heldout_decision.py [--pays-at 1.1] [--seeds 3] [--sizes large,small]
-        [--profile fitted.toml] [--alone-only] [--out DIR] [--tables-only]
+    .venv/bin/python bench/heldout_decision.py [--pays-at 1.1] [--seeds 10] [--sizes large,small]
+        [--profile fitted.toml] [--alone-only] [--passes 2] [--out DIR] [--tables-only]
 
 Issue 22 item 7. Fits a profile on scenarios/fitprobe.toml and scenarios/fitprobe-load.toml
 (``--alone-only``: the first alone), both arms, on the large size's pairs (the ON pair in
-dev mode, so the replicas tell their structure; skipped with ``--profile``), then for
+dev mode, so the replicas tell their structure; skipped with ``--profile``). With
+``--passes 2`` (the default) fitprobe runs again on each pair after the decision's blocks
+and each pass's two arms are merged apart, so the fit's intervals are over passes, then
+sessions, and hold the machine's drift between a run's phases (as the real-stack decision
+test does). Then for
 each KV cache size replays scenarios/decision-cpu.toml (3k and 12k contexts, alternate
 and fixed placement, 1, 2 and 4 sessions in flight) on a pool-ON pair and a pool-OFF
 pair (no connector) of that size, merges the two single-arm runs, and plans the same
@@ -123,7 +127,8 @@ def started(
 
 
 def probes(pair: ManagedPair, cache: str, out: Path, loaded: bool) -> list[Path]:
-    """fitprobe (and fitprobe-load when ``loaded``) blocks of arm ``cache`` on the pair."""
+    """fitprobe (and fitprobe-load when ``loaded``) blocks of arm ``cache`` on the pair:
+    the run folders in that order."""
     runs = []
     for path in (PROBE, LOADED_PROBE) if loaded else (PROBE,):
         opts = replay.ReplayOptions(runs_dir=out / "runs", endpoints=pair.urls, cache=cache,
@@ -138,8 +143,9 @@ def probes(pair: ManagedPair, cache: str, out: Path, loaded: bool) -> list[Path]
 
 
 def fitted_profile(on: Sequence[Path], off: Sequence[Path], out: Path) -> Path:
-    """The probes' two arms merged per probe, fitted; the profile file with its draws
-    (the summary printed: which terms the runs identify)."""
+    """The probes' two arms merged per probe run (``on[i]`` with ``off[i]``: the same probe
+    of the same pass), fitted; the profile file with its draws (the summary printed: which
+    terms the runs identify)."""
     pairs = zip(on, off, strict=True)
     merged = [merge_runs([b, a], out / "runs" / f"{a.name}-merged") for a, b in pairs]
     # The structure (KV block, cache, scheduler limits) as the dev-mode ON pair told it.
@@ -170,10 +176,14 @@ def planned(profile: Path, size: str, out: Path, seeds: int, pays_at: float) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pays-at", type=float, default=1.1)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=10, help="plan replicates (seeds x draws)")
     parser.add_argument("--sizes", default="large,small")
     parser.add_argument("--profile", type=Path, default=None, help="skip the fit")
     parser.add_argument("--alone-only", action="store_true", help="fit without the loaded probe")
+    parser.add_argument(
+        "--passes", type=int, choices=(1, 2), default=2,
+        help="2: fitprobe again on each pair after the decision's blocks",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "heldout-decision")
     parser.add_argument(
         "--tables-only",
@@ -206,12 +216,16 @@ def main() -> None:
         try:
             probes_on = probes(on_pair, "on", out, loaded) if fitting else []
             on_run = arm(on_pair, "on", runs, pair_sets)
+            if fitting and args.passes == 2:
+                probes_on += probes(on_pair, "on", out, False)
         finally:
             on_pair.stop()
         off_pair = started(pair_sets, False, out / f"logs-{size}-off")
         try:
             probes_off = probes(off_pair, "off", out, loaded) if fitting else []
             off_run = arm(off_pair, "off", runs, pair_sets)
+            if fitting and args.passes == 2:
+                probes_off += probes(off_pair, "off", out, False)
         finally:
             off_pair.stop()
         merge_runs([off_run, on_run], runs / "merged")
