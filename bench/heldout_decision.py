@@ -29,26 +29,24 @@ Pair starts: 2 per size, each 1.5-2.5 minutes here; the ON arm always runs befor
 OFF arm, the probes before the decision's blocks. ``--tables-only`` recomputes the
 tables from ``--out``'s runs without any pair. Prints, asserts nothing.
 
-Measured here (2026-12-03, 2 cores, load average 3-5; large 17 min with the fit, small
-16 min with ``--profile``), pays at 1.1, 3 seeds. The fit: store cost 26.6 s/GB [10.9,
-43.8], pool loads 30 s/GB, loads sync (98% of resamples), decode batching 5.1 ms [4.5,
-5.7].
+Measured here (2026-12-04, 2 cores, load average 3-6; about 40 min with the fit),
+pays at 1.1, 10 replicates, two passes. The fit: store cost 15.9 s/GB [8.6, 22.8], pool
+loads 16.3 s/GB, decode batching 1.0 ms, service-time noise 0.128 [0.083, 0.172]. In
+brackets, the same runs and fit planned without the noise:
 
 | KV | in flight | median abs session-gain error | worst | cells within 15% | decided cells right |
 |---|---|---|---|---|---|
-| large | 1 | 7.5% | 14% | 4 of 4 | 2 of 3 |
-| large | 2 | 33% | 54% | 0 of 4 | 0 of 1 |
-| large | 4 | 48% | 52% | 0 of 4 | 0 of 1 |
-| small | 1 | 7.7% | 18% | 3 of 4 | 3 of 4 |
-| small | 2 | 34% | 42% | 0 of 4 | 2 of 2 |
-| small | 4 | 34% | 51% | 0 of 4 | 0 of 1 |
+| large | 1 | 5.2% (4.9%) | 18% | 3 of 4 | 4 of 4 (4) |
+| large | 2 | 29% (58%) | 75% | 1 of 4 | 2 of 2 (1) |
+| large | 4 | 14% (28%) | 33% | 2 of 4 | 2 of 3 (2) |
+| small | 1 | 15% (12%) | 17% | 3 of 4 | 4 of 4 (4) |
+| small | 2 | 29% (35%) | 36% | 1 of 4 | 3 of 3 (3) |
+| small | 4 | 28% (28%) | 46% | 1 of 4 | 1 of 3 (2) |
 
-At one in flight the store cost moved the large cache from 13% (the same runs, store
-at 0) to 7.5%: fixed placement's pool-on arm is slower by it (measured 0.78-0.92,
-planned 0.79-0.80). Loaded cells stay 33-48% off with or without the loaded terms
-(batching at its default: 31-47%; async loads: 28-43%): the pool-off arm's recomputes
-under load are slowed by the other replica's work on the shared host (README,
-"Capacity planning").
+Planned verdicts on the wrong side of a decided cell: 1 with the noise, 3 without.
+Without it every replicate queued alternate 12k's second turn behind the next session's
+12k prefill (planned 0.67 where 1.86 was measured at two in flight); README "Service-time
+noise" and "The decision held out on the real pair".
 """
 
 from __future__ import annotations

@@ -49,6 +49,15 @@ is a warning: the fitted values carry it.
 The simulator has no per-request term, so the profile written adds ``c`` to the
 local-hit overhead at each knot and to the pool's fixed cost: the simulator then
 reproduces the measured local and pool TTFTs, and models cold ones short by ``c``.
+
+The *service-time noise* (``prefill_noise_sigma``, :mod:`sessiongen.sim.noise`) is the
+spread of cold requests of at least :data:`NOISE_MIN_TOKENS` tokens (where the prefill
+is most of the time) around their cell: the pooled standard deviation of log TTFT
+within each (run, context size, arm) cell, its degrees of freedom the requests less the
+cells, each request's deviation divided by its modeled prefill's share of its TTFT. Its
+interval: percentile bootstrap of those deviations (requests). The fitted costs are the
+mean behaviour; the noise is how far one request strays from it, which decides, with
+sessions in flight together, who queues behind whose long prefill.
 """
 
 from __future__ import annotations
@@ -103,6 +112,9 @@ __all__ = [
 
 RESAMPLES = 2000
 STORE = "pool_store_s_per_gb"
+NOISE = "prefill_noise_sigma"
+#: Cold requests at least this long measure the noise (shorter ones are mostly fixed costs).
+NOISE_MIN_TOKENS = 2048
 #: Bootstrap draws written to the profile file for the planner (``[[fit.draw]]``).
 DRAWS_WRITTEN = 20
 CONFIDENCE = 0.95
@@ -181,6 +193,7 @@ class Fit:
             hit_overhead_s=[0.0, *(max(0.0, v[estimate.knot_name(k)] + c) for k in self.knots[1:])],
             itl_base_s=v["itl_base_s"],
             itl_per_ktok_s=v["itl_per_ktok_s"],
+            prefill_noise_sigma=v.get(NOISE, 0.0),
         )
         if self.loaded is not None:
             out.update(self.loaded.profile())
@@ -453,6 +466,16 @@ def fit(
     if "pool_bandwidth_gbps" not in unknown:
         low["pool_bandwidth_gbps"] = _bandwidth(high["pool_s_per_gb"])
         high["pool_bandwidth_gbps"] = _bandwidth(low["pool_s_per_gb"])
+    noise = noise_sigma(f, prefill_share(f, values, full.predicted), resamples=resamples, seed=seed)
+    if noise is None:
+        values[NOISE] = 0.0
+        low[NOISE] = high[NOISE] = math.nan
+        unknown[NOISE] = (
+            f"fewer than two cold requests of {NOISE_MIN_TOKENS} tokens or more in a cell; "
+            "the profile plans without noise"
+        )
+    else:
+        values[NOISE], low[NOISE], high[NOISE] = noise
     res = residuals(f, full.predicted)
     fixed = {**(fixed or {}), "kv_bytes_per_token": int(kv_bytes_per_token)}
     sources = tuple(str(Path(d)) for d in run_dirs)
@@ -460,6 +483,55 @@ def fit(
     return Fit(
         values, low, high, knots, res, obs.n, sources, fixed, unknown, design, boot, warnings
     )
+
+
+def prefill_share(
+    f: pl.DataFrame, values: dict[str, float], predicted: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Each request's modeled prefill of all its prompt over its modeled TTFT (for a cold
+    request, the part of its time the noise scales), within [0.05, 1]."""
+    k = f["n"].to_numpy() / 1000.0
+    prefill = values["prefill_s_per_ktok"] * k + values["attn_s_per_ktok2"] * k * k
+    modeled = np.maximum(np.asarray(predicted, dtype=np.float64), 1e-12)
+    share: NDArray[np.float64] = np.clip(prefill / modeled, 0.05, 1.0)
+    return share
+
+
+def noise_sigma(
+    f: pl.DataFrame,
+    share: NDArray[np.float64],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float] | None:
+    """The service-time noise with its interval (module docstring), None where no cell
+    has two cold requests of :data:`NOISE_MIN_TOKENS` tokens or more. ``share``: each
+    request's :func:`prefill_share`."""
+    cold = f.with_columns(share=pl.Series(share)).filter(
+        (pl.col("local") == 0) & (pl.col("pool") == 0) & (pl.col("n") >= NOISE_MIN_TOKENS)
+    )
+    cells = [
+        (np.log(g["ttft_s"].to_numpy()), g["share"].to_numpy())
+        for _, g in cold.group_by("run", "context_tokens", "pool_on", maintain_order=True)
+    ]
+    cells = [(x, s) for x, s in cells if x.size >= 2]
+    if not cells:
+        return None
+    # Each request's deviation from its cell's mean, over its prefill share (the noise
+    # scales the prefill, the rest of a cold request's time is fixed), scaled by
+    # sqrt(n / (n - 1)) so that their mean square is the pooled variance (df: requests
+    # less cells); the interval resamples these deviations (a residual bootstrap:
+    # resampling a cell of three requests itself would shrink its spread by a third).
+    deviations = np.concatenate(
+        [(x - x.mean()) / s * math.sqrt(x.size / (x.size - 1)) for x, s in cells]
+    )
+    squares = deviations**2
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, squares.size, (resamples, squares.size))
+    draws = np.sqrt(squares[picks].mean(axis=1))
+    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return math.sqrt(float(squares.mean())), float(low), float(high)
 
 
 def _path() -> pl.Expr:

@@ -425,6 +425,7 @@ class VirtualBlock:
             on_finish=self._done,
             keep_results=False,
             engine=engine,
+            noise_seed=(scenario.seed, plan.block),
         )
         policy = router_policy(plan.placement)
         self.router = RouterModel(policy, self.replicas, scenario.seed) if policy else None

@@ -118,6 +118,21 @@ class SimProfile:
         5e-5, ge=0, doc="extra step time per 1k tokens of context in the decode batch"
     )
     itl_per_batch_s: float = spec(5e-4, ge=0, doc="extra step time per other decode in the batch")
+    # Service-time noise. A real engine never takes the same time twice (kernel timing, the
+    # host's other work), and with sessions in flight together that decides who queues
+    # behind whose long prefill. A deterministic model at zero think time locks the
+    # sessions into one phase instead: every replicate of a plan queued the same turn
+    # behind the same 12k prefill (bench/heldout_decision.py). Each request's prefill
+    # compute is multiplied by a lognormal factor of mean 1 and this log-standard
+    # deviation, drawn per request from the run's seed; `sessiongen fit` measures it from
+    # the spread of cold requests around the fit. 0 keeps every time as it was.
+    prefill_noise_sigma: float = spec(
+        0.0,
+        ge=0,
+        le=2,
+        doc="log-standard deviation of a lognormal factor (mean 1) on each request's "
+        "prefill compute; 0: no noise",
+    )
     profile: str | None = spec(
         None,
         doc="a profile file (sessiongen fit writes one) whose parameters apply under "

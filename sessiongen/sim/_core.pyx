@@ -680,6 +680,7 @@ cdef class _Req:
     cdef const uint64_t* pool_keys
     cdef Py_ssize_t npool
     cdef double arrival
+    cdef double prefill_scale
     cdef int64_t computed
     cdef int64_t generated
     cdef bint prefilling
@@ -825,7 +826,7 @@ cdef class _Sched:
             n = req.n
             computed, prefilling = req.computed, req.prefilling
             if prefilling:
-                prefill += prefill_s(&self.p, n, computed)
+                prefill += prefill_s(&self.p, n, computed) * req.prefill_scale
                 prefills += 1
                 stored += n
             computed += n
@@ -1212,10 +1213,12 @@ cdef class Cluster:
         keys,
         pool_keys,
         tag,
+        double prefill_scale=1.0,
     ):
         """Queue a request's arrival; ``head`` then ``keys`` (uint64, C-contiguous, the
         two pieces of :attr:`sessiongen.sim.cache.KeyChain.segments`) are its blocks'
-        keys as far as known, ``pool_keys`` its prompt's chunk keys."""
+        keys as far as known, ``pool_keys`` its prompt's chunk keys; ``prefill_scale``
+        multiplies its prefill compute (SimRequest.prefill_scale)."""
         cdef Py_ssize_t own
         cdef _Req req
         if prompt_tokens < 1 or output_tokens < 1:
@@ -1227,6 +1230,7 @@ cdef class Cluster:
         req.replica = replica
         req.prompt_tokens = prompt_tokens
         req.output_tokens = output_tokens
+        req.prefill_scale = prefill_scale
         req.head_owner = head
         req.head = _pointer(head, &req.nhead)
         base = head.base

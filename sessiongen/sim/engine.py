@@ -33,6 +33,7 @@ from sessiongen.sim import output
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.cluster import Cluster
 from sessiongen.sim.metrics import ReplicaMetrics
+from sessiongen.sim.noise import PrefillNoise
 from sessiongen.sim.prompt import PromptTokenizer
 from sessiongen.sim.scheduler import SimRequest, Step
 from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
@@ -94,6 +95,7 @@ class Served:
             pool_keys=job.keys.pool.keys.tolist(),
             arrival=world.modeled(arrival) if modeled_arrival is None else modeled_arrival,
             tag=self,
+            prefill_scale=world.noise.draw(),
         )
 
     @property
@@ -143,6 +145,8 @@ class World:
         self.model_name = model_name
         self.time_scale = profile.time_scale
         self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self)
+        # Service-time noise, one factor per request in the order they reach the engine.
+        self.noise = PrefillNoise(profile.prefill_noise_sigma, 0)
         self.tokenizer = PromptTokenizer()
         output.word_ids()  # built once here, not inside the first request
         self.replicas = [Replica(self, i) for i in range(profile.replicas)]

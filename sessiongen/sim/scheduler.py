@@ -83,6 +83,7 @@ class SimRequest:
         "pool_keys",
         "pool_stored",
         "preemptions",
+        "prefill_scale",
         "prefilling",
         "prompt_tokens",
         "ready_at",
@@ -100,6 +101,7 @@ class SimRequest:
         pool_keys: Sequence[int],
         arrival: float,
         tag: Any = None,
+        prefill_scale: float = 1.0,
     ) -> None:
         if prompt_tokens < 1 or output_tokens < 1:
             raise ValueError("a request needs at least one prompt and one output token")
@@ -109,6 +111,9 @@ class SimRequest:
         self.pool_keys = pool_keys
         self.arrival = arrival
         self.tag = tag
+        # Multiplies its prefill compute: the service-time noise the driver draws
+        # (SimProfile.prefill_noise_sigma; 1.0 leaves every time as it was, exactly).
+        self.prefill_scale = prefill_scale
         self.computed = 0  # vLLM's num_computed_tokens
         self.generated = 0  # output tokens sampled so far
         self.prefilling = True  # computing a prompt (or recomputing after preemption)
@@ -259,7 +264,7 @@ class ReplicaScheduler:
         for req, n in step.work:
             computed, prefilling = req.computed, req.prefilling
             if prefilling:
-                prefill += prefill_s(p, n, computed)
+                prefill += prefill_s(p, n, computed) * req.prefill_scale
                 prefills += 1
                 stored += n
             computed += n

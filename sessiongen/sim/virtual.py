@@ -39,6 +39,7 @@ from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.cluster import Cluster
 from sessiongen.sim.compiled import Engine, core, resolve
+from sessiongen.sim.noise import PrefillNoise
 from sessiongen.sim.scheduler import SimRequest, Step
 
 if TYPE_CHECKING:  # built by pip install; absent where no compiler was at hand
@@ -134,8 +135,10 @@ class VirtualDriver:
         on_finish: Callable[[RequestResult], None] | None = None,
         engine: Engine = "auto",
         keep_results: bool = True,
+        noise_seed: int | Sequence[int] = 0,
     ) -> None:
         self.profile = profile
+        self.noise = PrefillNoise(profile.prefill_noise_sigma, noise_seed)
         self.engine = resolve(engine)
         self.on_finish = on_finish
         self.results: list[RequestResult] = []
@@ -207,6 +210,7 @@ class VirtualDriver:
                 pool_keys=pool_keys.tolist(),
                 arrival=arrival.at,
                 tag=arrival.tag,
+                prefill_scale=self.noise.draw(),
             )
             cluster.submit(req, arrival.replica)
         else:
@@ -220,6 +224,7 @@ class VirtualDriver:
                 own,
                 np.ascontiguousarray(pool_keys),
                 arrival.tag,
+                self.noise.draw(),
             )
 
     def run(self, until: float = math.inf) -> list[RequestResult]:

@@ -129,6 +129,31 @@ def test_a_run_of_the_simulators_engine_gives_back_its_parameters(tmp_path: Path
         assert result.low[name] - slack <= want <= result.high[name] + slack, name
 
 
+def test_the_service_time_noise_comes_back_from_a_noisy_engine(tmp_path: Path) -> None:
+    """The probe planned with a known service-time noise (a lognormal factor on each
+    request's prefill): the fit measures it from the cold requests' spread around their
+    cells, its interval holds it, and the profile carries it; the engine's costs still
+    come back near the truth (the factors have mean 1)."""
+
+    def probe(sigma: float) -> Any:
+        sets = ["target.kind=sim", "sessions.count=16", f"target.sim.prefill_noise_sigma={sigma}",
+                "sessions.initial_context_tokens=[2048, 4096, 8192]"]  # fmt: skip
+        return scenario.load(ROOT / "scenarios" / "fitprobe.toml", sets)
+
+    sc = probe(0.15)
+    result = fit.fit_runs([virtual_replay(sc, tmp_path)], resamples=400)
+    sigma = result.values[fit.NOISE]
+    assert result.low[fit.NOISE] <= 0.15 <= result.high[fit.NOISE], fit.summary_text(result)
+    assert sigma == pytest.approx(0.15, rel=0.3)
+    assert result.profile()[fit.NOISE] == sigma
+    assert fit.NOISE in fit.summary_text(result)
+    assert result.values["prefill_s_per_ktok"] == pytest.approx(
+        sc.target.sim.prefill_s_per_ktok, rel=0.15
+    )
+    quiet = fit.fit_runs([virtual_replay(probe(0.0), tmp_path)], resamples=50)
+    assert quiet.values[fit.NOISE] < 1e-6
+
+
 def test_a_constant_per_request_overhead_leaves_the_engine_parameters_alone(
     tmp_path: Path,
 ) -> None:

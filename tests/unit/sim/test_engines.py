@@ -1,8 +1,8 @@
 """The compiled engine (``sessiongen/sim/_core.pyx``) gives exactly what the Python engine
 gives: every shipped scenario the planner accepts, in shape and exact mode, and random
 workloads on caches small enough to evict, preempt and queue, with the pool's loads
-synchronous and asynchronous. Equal means equal: every record's every column, every
-modeled time to the bit.
+synchronous and asynchronous, with and without service-time noise. Equal means equal:
+every record's every column, every modeled time to the bit.
 
 The compiled engine must be built here (``pip install -e .`` builds it): these tests fail
 when it is missing, unless ``SESSIONGEN_ENGINE=python`` says the Python engine was chosen.
@@ -98,6 +98,7 @@ def _profile(rng: np.random.Generator) -> SimProfile:
         itl_per_ktok_s=float(rng.choice([0.0, 1e-4])),
         itl_per_batch_s=float(rng.choice([0.0, 5e-4])),
         slowdown=float(rng.choice([1.0, 1.5])),
+        prefill_noise_sigma=float(rng.choice([0.0, 0.0, 0.3])),
     )
 
 
