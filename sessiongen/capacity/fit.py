@@ -52,10 +52,10 @@ reproduces the measured local and pool TTFTs, and models cold ones short by ``c`
 
 The *service-time noise* (``prefill_noise_sigma``, :mod:`sessiongen.sim.noise`) is the
 spread of cold requests of at least :data:`NOISE_MIN_TOKENS` tokens (where the prefill
-is most of the time) around their cell: the pooled standard deviation of log TTFT
-within each (run, context size, arm) cell, its degrees of freedom the requests less the
-cells, each request's deviation divided by its modeled prefill's share of its TTFT. Its
-interval: percentile bootstrap of those deviations (requests). The fitted costs are the
+is most of the time) around the fit: log(measured / modeled TTFT) less its (run, context
+size, arm) cell's mean, divided by the modeled prefill's share of the TTFT, its scale
+1.4826 x the median absolute deviation (robust to stalled requests). Its interval:
+percentile bootstrap of those deviations (requests). The fitted costs are the
 mean behaviour; the noise is how far one request strays from it, which decides, with
 sessions in flight together, who queues behind whose long prefill.
 """
@@ -115,6 +115,8 @@ STORE = "pool_store_s_per_gb"
 NOISE = "prefill_noise_sigma"
 #: Cold requests at least this long measure the noise (shorter ones are mostly fixed costs).
 NOISE_MIN_TOKENS = 2048
+#: The median absolute deviation of a normal sample times this is its standard deviation.
+MAD_TO_SD = 1.4826
 #: Bootstrap draws written to the profile file for the planner (``[[fit.draw]]``).
 DRAWS_WRITTEN = 20
 CONFIDENCE = 0.95
@@ -466,7 +468,9 @@ def fit(
     if "pool_bandwidth_gbps" not in unknown:
         low["pool_bandwidth_gbps"] = _bandwidth(high["pool_s_per_gb"])
         high["pool_bandwidth_gbps"] = _bandwidth(low["pool_s_per_gb"])
-    noise = noise_sigma(f, prefill_share(f, values, full.predicted), resamples=resamples, seed=seed)
+    noise = noise_sigma(
+        f, full.predicted, prefill_share(f, values, full.predicted), resamples=resamples, seed=seed
+    )
     if noise is None:
         values[NOISE] = 0.0
         low[NOISE] = high[NOISE] = math.nan
@@ -499,39 +503,45 @@ def prefill_share(
 
 def noise_sigma(
     f: pl.DataFrame,
+    predicted: NDArray[np.float64],
     share: NDArray[np.float64],
     *,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> tuple[float, float, float] | None:
     """The service-time noise with its interval (module docstring), None where no cell
-    has two cold requests of :data:`NOISE_MIN_TOKENS` tokens or more. ``share``: each
-    request's :func:`prefill_share`."""
-    cold = f.with_columns(share=pl.Series(share)).filter(
+    has two cold requests of :data:`NOISE_MIN_TOKENS` tokens or more. ``predicted``:
+    each request's modeled TTFT; ``share``: its :func:`prefill_share`."""
+    # log(measured / modeled): the model takes out what the prompt's length explains (a
+    # cell's cold requests are its first turns and, pool off, its longer moved turns).
+    modeled = np.maximum(np.asarray(predicted, dtype=np.float64), 1e-12)
+    residual = np.log(f["ttft_s"].to_numpy()) - np.log(modeled)
+    cold = f.with_columns(share=pl.Series(share), residual=pl.Series(residual)).filter(
         (pl.col("local") == 0) & (pl.col("pool") == 0) & (pl.col("n") >= NOISE_MIN_TOKENS)
     )
     cells = [
-        (np.log(g["ttft_s"].to_numpy()), g["share"].to_numpy())
+        (g["residual"].to_numpy(), g["share"].to_numpy())
         for _, g in cold.group_by("run", "context_tokens", "pool_on", maintain_order=True)
     ]
     cells = [(x, s) for x, s in cells if x.size >= 2]
     if not cells:
         return None
-    # Each request's deviation from its cell's mean, over its prefill share (the noise
-    # scales the prefill, the rest of a cold request's time is fixed), scaled by
-    # sqrt(n / (n - 1)) so that their mean square is the pooled variance (df: requests
-    # less cells); the interval resamples these deviations (a residual bootstrap:
-    # resampling a cell of three requests itself would shrink its spread by a third).
-    deviations = np.concatenate(
-        [(x - x.mean()) / s * math.sqrt(x.size / (x.size - 1)) for x, s in cells]
+    # Each request's residual less its cell's mean, over its prefill share (the noise
+    # scales the prefill; the rest of a cold request's time is fixed), scaled by
+    # sqrt(n / (n - 1)) so that each has the noise's variance. Their scale is 1.4826 x
+    # the median absolute deviation (a normal's standard deviation, robust to the few
+    # requests a busy host stalls: beside a CPU hog the mean square gave 0.34 where a
+    # quiet run gave 0.13). The interval resamples the deviations (a residual bootstrap:
+    # resampling a cell of three requests itself would shrink its spread).
+    deviations = np.abs(
+        np.concatenate([(x - x.mean()) / s * math.sqrt(x.size / (x.size - 1)) for x, s in cells])
     )
-    squares = deviations**2
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, squares.size, (resamples, squares.size))
-    draws = np.sqrt(squares[picks].mean(axis=1))
+    picks = rng.integers(0, deviations.size, (resamples, deviations.size))
+    draws = MAD_TO_SD * np.median(deviations[picks], axis=1)
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
-    return math.sqrt(float(squares.mean())), float(low), float(high)
+    return MAD_TO_SD * float(np.median(deviations)), float(low), float(high)
 
 
 def _path() -> pl.Expr:

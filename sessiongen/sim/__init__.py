@@ -16,6 +16,7 @@ virtual time.
   ``pip install``; ``_core.pyx``), and the chain hash's kernel;
 - :mod:`.compiled`: which engine runs (compiled where built, else Python; the same
   results);
+- :mod:`.noise`: service-time noise, a lognormal factor on each request's prefill;
 - :mod:`.prompt`: prompt token ids as the replicas see them (cl100k, a chat template);
 - :mod:`.output`: deterministic outputs, needle answers, the planted corruption;
 - :mod:`.engine`: the served simulator's engine: request preparation, wall-time driver;
