@@ -31,17 +31,17 @@ tables from ``--out``'s runs without any pair. Prints, asserts nothing.
 
 Measured here (2026-12-04, 2 cores, load average 3-6; about 40 min with the fit),
 pays at 1.1, 10 replicates, two passes. The fit: store cost 15.9 s/GB [8.6, 22.8], pool
-loads 16.3 s/GB, decode batching 1.0 ms, service-time noise 0.128 [0.083, 0.172]. In
+loads 16.3 s/GB, decode batching 3.1 ms, service-time noise 0.053 [0.037, 0.088]. In
 brackets, the same runs and fit planned without the noise:
 
 | KV | in flight | median abs session-gain error | worst | cells within 15% | decided cells right |
 |---|---|---|---|---|---|
-| large | 1 | 5.2% (4.9%) | 18% | 3 of 4 | 4 of 4 (4) |
-| large | 2 | 29% (58%) | 75% | 1 of 4 | 2 of 2 (1) |
-| large | 4 | 14% (28%) | 33% | 2 of 4 | 2 of 3 (2) |
-| small | 1 | 15% (12%) | 17% | 3 of 4 | 4 of 4 (4) |
-| small | 2 | 29% (35%) | 36% | 1 of 4 | 3 of 3 (3) |
-| small | 4 | 28% (28%) | 46% | 1 of 4 | 1 of 3 (2) |
+| large | 1 | 5.0% (4.9%) | 19% | 3 of 4 | 4 of 4 (4) |
+| large | 2 | 30% (59%) | 75% | 1 of 4 | 2 of 2 (1) |
+| large | 4 | 16% (29%) | 33% | 2 of 4 | 2 of 3 (2) |
+| small | 1 | 13% (12%) | 18% | 3 of 4 | 4 of 4 (4) |
+| small | 2 | 30% (35%) | 37% | 1 of 4 | 3 of 3 (3) |
+| small | 4 | 29% (29%) | 54% | 1 of 4 | 2 of 3 (2) |
 
 Planned verdicts on the wrong side of a decided cell: 1 with the noise, 3 without.
 Without it every replicate queued alternate 12k's second turn behind the next session's
