@@ -72,6 +72,7 @@ from sessiongen.scenario.spec import Scenario
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.compiled import resolve
 from sessiongen.sim.engine import Job, World
+from sessiongen.sim.noise import request_key
 from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
 from sessiongen.workload.reuse import PrefixFacts
 from sessiongen.workload.sessions import Session, SessionBuilder, TurnRequest
@@ -551,9 +552,12 @@ class VirtualBlock:
             seed = self.scenario.seed
             index = live.session.index if turn.home_key < 0 else turn.home_key
             replica = replica_for(self.plan.placement, index, turn.turn, self.replicas, seed)
-        self._submit(now, replica, turn, (live, k))
+        key = request_key(self.scenario.seed, self.plan.block, turn.session_index, turn.turn)
+        self._submit(now, replica, turn, (live, k), key)
 
-    def _submit(self, t: float, replica: int, turn: Turn, tag: Any) -> None:
+    def _submit(
+        self, t: float, replica: int, turn: Turn, tag: Any, noise_key: str | None = None
+    ) -> None:
         self.driver.submit(
             Arrival(
                 at=t,
@@ -562,6 +566,7 @@ class VirtualBlock:
                 max_tokens=turn.output_tokens,
                 output_ids=turn.output_ids,
                 tag=tag,
+                noise_key=noise_key,
             )
         )
 

@@ -17,6 +17,8 @@ of the session that held it), and each later turn at the previous turn's modeled
 simulator holds it until then and says how long (``due_after_entry_s``; negative for a
 request that came in after its time, which the engine still takes at that time when it
 is not past it). Wall durations lose that offset, so they keep meaning what they mean.
+Each request also states its identity (``X-Sim-Request-Key``), which draws its
+service-time noise (:mod:`sessiongen.sim.noise`) whatever the order of arrivals.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from sessiongen.client.driver import Result
-from sessiongen.sim.wire import ARRIVAL_HEADER
+from sessiongen.sim.wire import ARRIVAL_HEADER, REQUEST_KEY_HEADER
 
 #: Wall seconds a request is sent before its stated arrival: room for the client's
 #: and the simulator's own delays on a busy machine.
@@ -63,9 +65,10 @@ class ModeledClock:
             await asyncio.sleep(delay)
 
 
-def header(modeled_s: float) -> dict[str, str]:
-    """The request header that states its modeled arrival."""
-    return {ARRIVAL_HEADER: repr(modeled_s)}
+def header(modeled_s: float, key: str) -> dict[str, str]:
+    """The request headers that state its modeled arrival and its noise key
+    (:func:`sessiongen.sim.noise.request_key`)."""
+    return {ARRIVAL_HEADER: repr(modeled_s), REQUEST_KEY_HEADER: key}
 
 
 async def read_clock(

@@ -23,6 +23,7 @@ from sessiongen.records.format import RequestRecord
 from sessiongen.replay import modeled, routing
 from sessiongen.replay.modeled import ModeledClock
 from sessiongen.scenario.spec import Scenario
+from sessiongen.sim.noise import request_key
 from sessiongen.targets.base import ServedBy
 from sessiongen.text.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
@@ -249,7 +250,8 @@ async def run_session_modeled(
                 at += pauses[turn - 1]
             await clock.sleep_to_send(at)
             req = session.request(turn, answers if sc.sessions.history == "live" else None)
-            res, served = await routing.send(ctx, req, headers=modeled.header(at))
+            key = request_key(sc.seed, ctx.plan.block, session.index, turn)
+            res, served = await routing.send(ctx, req, headers=modeled.header(at, key))
             modeled.measure_from(res)
             emit_turn(ctx, req, res, served, prev, queue_s, offset_s, pauses[turn - 1])
             queue_s = 0.0

@@ -79,6 +79,7 @@ class Served:
         job: Job,
         arrival: float,
         modeled_arrival: float | None = None,
+        noise_key: str | None = None,
     ) -> None:
         self.world = world
         self.replica = replica
@@ -95,7 +96,7 @@ class Served:
             pool_keys=job.keys.pool.keys.tolist(),
             arrival=world.modeled(arrival) if modeled_arrival is None else modeled_arrival,
             tag=self,
-            prefill_scale=world.noise.draw(),
+            prefill_scale=world.noise.factor(noise_key),
         )
 
     @property
@@ -145,7 +146,7 @@ class World:
         self.model_name = model_name
         self.time_scale = profile.time_scale
         self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self)
-        # Service-time noise, one factor per request in the order they reach the engine.
+        # Service-time noise: by the request's stated key, else in the order of arrival.
         self.noise = PrefillNoise(profile.prefill_noise_sigma, 0)
         self.tokenizer = PromptTokenizer()
         output.word_ids()  # built once here, not inside the first request
@@ -277,14 +278,21 @@ class World:
         return out, job.keys.local.extend(out.ids).keys
 
     def submit(
-        self, job: Job, replica: int, arrival: float, modeled_arrival: float | None = None
+        self,
+        job: Job,
+        replica: int,
+        arrival: float,
+        modeled_arrival: float | None = None,
+        noise_key: str | None = None,
     ) -> Served:
         """Hand a prepared request to the engine (arrival: loop time at handler entry).
 
         ``modeled_arrival`` (modeled seconds), where the client states it, is the
-        request's arrival instead of the handler's entry on the wall clock.
+        request's arrival instead of the handler's entry on the wall clock;
+        ``noise_key``, where it states one, draws its service-time noise
+        (:mod:`sessiongen.sim.noise`).
         """
-        served = Served(self, replica, job, arrival, modeled_arrival)
+        served = Served(self, replica, job, arrival, modeled_arrival, noise_key)
         self.cluster.submit(served.sim, replica)
         self._ensure_driver()
         if self._wake is not None and not self._wake.done():

@@ -26,6 +26,8 @@ ahead of its time; one that comes after the engine has passed its time joins the
 step, and its ``arrival_late_s`` fact says by how much (modeled seconds; 0 when on
 time, null for a request that stated no arrival). Responses carry the absolute
 ``modeled_arrival_s`` and ``modeled_end_s``, from which a client models the next.
+An ``X-Sim-Request-Key`` header names the request (``seed/block/session/turn``) for its
+service-time noise, which then does not depend on the order of arrivals either.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sessiongen import __version__
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.engine import Job, Replica, Served, World
+from sessiongen.sim.noise import MAX_KEY_CHARS
 from sessiongen.sim.output import Output
 from sessiongen.sim.wire import (
     ARRIVAL_HEADER,
+    REQUEST_KEY_HEADER,
     Api,
     BadRequest,
     Responder,
@@ -115,9 +119,15 @@ class _Generation:
     """One generation request on one replica, from arrival to the last token."""
 
     def __init__(
-        self, replica: Replica, job: Job, arrival: float, modeled_arrival: float | None = None
+        self,
+        replica: Replica,
+        job: Job,
+        arrival: float,
+        modeled_arrival: float | None = None,
+        noise_key: str | None = None,
     ) -> None:
         self.replica = replica
+        self.noise_key = noise_key  # the client's, where it said one
         self.world = replica.world
         self.job = job
         self.arrival = arrival  # loop time at the handler's entry
@@ -141,7 +151,7 @@ class _Generation:
         stated = self.modeled_arrival
         if stated is not None:
             self.arrival_late_s = max(0.0, world.cluster.now - stated)
-        served = world.submit(self.job, self.replica.index, self.arrival, stated)
+        served = world.submit(self.job, self.replica.index, self.arrival, stated, self.noise_key)
         self._served = served
         await served.admitted
         loop = asyncio.get_running_loop()
@@ -301,10 +311,11 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     raw = await request.read()
     try:
         stated = _stated_arrival(request)
+        key = _request_key(request)
         job = await loop.run_in_executor(None, replica.world.prepare, raw, api)
     except BadRequest as exc:
         return bad_request(exc)
-    gen = _Generation(replica, job, arrival, stated)
+    gen = _Generation(replica, job, arrival, stated, key)
     return await gen.stream(request) if job.req.stream else await gen.whole()
 
 
@@ -320,6 +331,14 @@ def _stated_arrival(request: web.Request) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise BadRequest(f"{ARRIVAL_HEADER} must be a number of modeled seconds >= 0")
     return value
+
+
+def _request_key(request: web.Request) -> str | None:
+    """The request's noise key (``X-Sim-Request-Key``), if the client states one."""
+    key = request.headers.get(REQUEST_KEY_HEADER)
+    if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
+        raise BadRequest(f"{REQUEST_KEY_HEADER} must have 1 to {MAX_KEY_CHARS} characters")
+    return key
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

@@ -56,6 +56,7 @@ class Arrival:
     max_tokens: int
     output_ids: NDArray[Any] | Sequence[int] | None = None
     tag: Any = None
+    noise_key: str | None = None  # the request's service-time noise key (sim/noise.py)
 
 
 class RequestResult(NamedTuple):
@@ -210,7 +211,7 @@ class VirtualDriver:
                 pool_keys=pool_keys.tolist(),
                 arrival=arrival.at,
                 tag=arrival.tag,
-                prefill_scale=self.noise.draw(),
+                prefill_scale=self.noise.factor(arrival.noise_key),
             )
             cluster.submit(req, arrival.replica)
         else:
@@ -224,7 +225,7 @@ class VirtualDriver:
                 own,
                 np.ascontiguousarray(pool_keys),
                 arrival.tag,
-                self.noise.draw(),
+                self.noise.factor(arrival.noise_key),
             )
 
     def run(self, until: float = math.inf) -> list[RequestResult]:

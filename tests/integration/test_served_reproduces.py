@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from sessiongen import scenario
 from sessiongen.analysis import load_run
@@ -38,8 +39,14 @@ def _worst(table: pl.DataFrame) -> dict[str, object]:
     return table.sort(pl.col("difference").abs(), descending=True).row(0, named=True)
 
 
-def test_two_served_replays_and_the_planner_agree_under_contention(tmp_path: Path) -> None:
-    sc = scenario.load(ROOT / "scenarios" / "pressure32k.toml", CONTENTION)
+@pytest.mark.parametrize("sigma", [0.0, 0.2])
+def test_two_served_replays_and_the_planner_agree_under_contention(
+    tmp_path: Path, sigma: float
+) -> None:
+    """Also with service-time noise: each turn's factor comes from its key (the run's
+    seed, block, session and turn, stated in a header), not the order of arrivals."""
+    noise = [f"target.sim.prefill_noise_sigma={sigma}"]
+    sc = scenario.load(ROOT / "scenarios" / "pressure32k.toml", CONTENTION + noise)
     served = [
         load_run(replay(sc, ReplayOptions(runs_dir=tmp_path / f"s{i}", progress=False)).run_dir)
         for i in range(2)

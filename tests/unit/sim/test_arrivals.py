@@ -11,7 +11,8 @@ from aiohttp.test_utils import TestServer
 
 from sessiongen.client.result import Result
 from sessiongen.replay.runner import _server_fact_s
-from sessiongen.sim.wire import ARRIVAL_HEADER
+from sessiongen.sim.noise import MAX_KEY_CHARS
+from sessiongen.sim.wire import ARRIVAL_HEADER, REQUEST_KEY_HEADER
 from tests.conftest import SimServers
 
 
@@ -57,3 +58,20 @@ async def test_an_arrival_the_engine_has_passed_is_late_by_the_difference(
     assert abs(recorded - late["arrival_late_s"] * late["time_scale"]) < 1e-12
     assert _server_fact_s(Result(usage_chunk={"sim": first}), "arrival_late_s") == 0.0
     assert _server_fact_s(Result(usage_chunk={"sim": unstated}), "arrival_late_s") is None
+
+
+async def test_a_request_key_too_long_is_refused_naming_the_header(
+    sim_servers: SimServers,
+) -> None:
+    a, _ = await sim_servers()
+    body = {"model": "sim-27b", "prompt": list(range(50)), "max_tokens": 5}
+    for key, status in (("x" * (MAX_KEY_CHARS + 1), 400), ("", 400), ("7/0/3/2", 200)):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                a.make_url("/v1/completions"), json=body, headers={REQUEST_KEY_HEADER: key}
+            ) as resp,
+        ):
+            assert resp.status == status, key
+            if status == 400:
+                assert REQUEST_KEY_HEADER in (await resp.json())["error"]["message"]

@@ -10,7 +10,7 @@ import pytest
 from sessiongen import scenario
 from sessiongen.capacity.virtual import plan_run
 from sessiongen.errors import UserError
-from sessiongen.sim.noise import PrefillNoise
+from sessiongen.sim.noise import PrefillNoise, request_key
 from tests.support.paths import ROOT
 
 
@@ -23,6 +23,32 @@ def test_factors_have_mean_one_and_the_given_spread() -> None:
     assert [again.draw() for _ in range(5000)] == factors[:5000].tolist()
     other = PrefillNoise(0.3, (7, 2))
     assert [other.draw() for _ in range(10)] != factors[:10].tolist()
+
+
+def test_a_keyed_factor_depends_on_its_key_only() -> None:
+    """The planner and the served simulator give a turn the same factor, whatever order
+    the turns reach the engine in and whatever keyless requests came between."""
+    keys = [request_key(7, block, session, turn) for block in (0, 1) for session in range(50)
+            for turn in range(1, 7)]  # fmt: skip
+    first = PrefillNoise(0.3, 1)
+    forward = {key: first.factor(key) for key in keys}
+    second = PrefillNoise(0.3, 99)  # another stream for keyless requests
+    backward = {}
+    for key in reversed(keys):
+        second.factor(None)
+        backward[key] = second.factor(key)
+    assert backward == forward
+    assert len(set(forward.values())) == len(keys)
+    assert PrefillNoise(0.6, 1).factor(keys[0]) != forward[keys[0]]
+    assert PrefillNoise(0.0, 1).factor(keys[0]) == 1.0
+
+
+def test_keyed_factors_have_mean_one_and_the_given_spread() -> None:
+    noise = PrefillNoise(0.3, 0)
+    factors = np.array([noise.factor(request_key(3, 0, i, 1)) for i in range(60_000)])
+    assert factors.mean() == pytest.approx(1.0, abs=0.01)
+    assert np.log(factors).std() == pytest.approx(0.3, abs=0.01)
+    assert np.log(factors).mean() == pytest.approx(-0.045, abs=0.005)  # -sigma^2 / 2
 
 
 def test_no_noise_is_exactly_one_and_draws_nothing() -> None:
