@@ -1,7 +1,8 @@
 """The pool decision held out on the REAL CPU pair: planned gain and verdict against measured.
 
     .venv/bin/python bench/heldout_decision.py [--pays-at 1.1] [--seeds 10] [--sizes large,small]
-        [--profile fitted.toml] [--alone-only] [--passes 2] [--out DIR] [--tables-only]
+        [--profile fitted.toml] [--alone-only] [--passes 2] [--out DIR]
+        [--tables-only [--without-noise]]
 
 Issue 22 item 7. Fits a profile on scenarios/fitprobe.toml and scenarios/fitprobe-load.toml
 (``--alone-only``: the first alone), both arms, on the large size's pairs (the ON pair in
@@ -29,30 +30,34 @@ Pair starts: 2 per size, each 1.5-2.5 minutes here; the ON arm always runs befor
 OFF arm, the probes before the decision's blocks. ``--tables-only`` recomputes the
 tables from ``--out``'s runs without any pair. Prints, asserts nothing.
 
-Measured here (2026-12-04, 2 cores, load average 3-6; about 40 min with the fit),
-pays at 1.1, 10 replicates, two passes. The fit: store cost 15.9 s/GB [8.6, 22.8], pool
-loads 16.3 s/GB, decode batching 3.1 ms, service-time noise 0.053 [0.037, 0.088]. In
-brackets, the same runs and fit planned without the noise:
+Measured here (2026-12-04, 2 cores, load average 3-6; 21 min with the fit), pays at 1.1,
+10 replicates, two passes. The fit: store cost 22.3 s/GB [6.1, 37.8], pool loads 21.2
+s/GB, decode batching 2.3 ms, service-time noise 0.045 [0.030, 0.069]. In brackets, the
+same runs and fit planned without the noise (``--tables-only
+--without-noise``: the fitted profile with ``prefill_noise_sigma = 0``):
 
 | KV | in flight | median abs session-gain error | worst | cells within 15% | decided cells right |
 |---|---|---|---|---|---|
-| large | 1 | 5.0% (4.9%) | 19% | 3 of 4 | 4 of 4 (4) |
-| large | 2 | 30% (59%) | 75% | 1 of 4 | 2 of 2 (1) |
-| large | 4 | 16% (29%) | 33% | 2 of 4 | 2 of 3 (2) |
-| small | 1 | 13% (12%) | 18% | 3 of 4 | 4 of 4 (4) |
-| small | 2 | 30% (35%) | 37% | 1 of 4 | 3 of 3 (3) |
-| small | 4 | 29% (29%) | 54% | 1 of 4 | 2 of 3 (2) |
+| large | 1 | 13.5% (14.0%) | 14.1% | 4 of 4 | 3 of 3 (3) |
+| large | 2 | 12.4% (24.5%) | 23% | 2 of 4 | 1 of 1 (0) |
+| large | 4 | 31% (21%) | 43% | 1 of 4 | none decided |
+| small | 1 | 7.3% (7.6%) | 8.2% | 4 of 4 | 4 of 4 (4) |
+| small | 2 | 24% (32%) | 44% | 1 of 4 | 1 of 1 (1) |
+| small | 4 | 41% (38%) | 68% | 1 of 4 | 1 of 1 (1) |
 
-Planned verdicts on the wrong side of a decided cell: 1 with the noise, 3 without.
-Without it every replicate queued alternate 12k's second turn behind the next session's
-12k prefill (planned 0.67 where 1.86 was measured at two in flight); README "Service-time
-noise" and "The decision held out on the real pair".
+Planned verdicts on the wrong side of a decided cell: none with the noise, 1 without
+(alternate 12k at two in flight: measured 1.86 [1.40, 2.05], planned 1.44 with the
+noise and 0.75 without, every replicate queueing its second turn behind the next
+session's 12k prefill). An earlier run the same day (noise drawn in submit order): 1
+wrong with the noise, 3 without. README "Service-time noise" and "The decision held out
+on the real pair".
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,7 +161,9 @@ def fitted_profile(on: Sequence[Path], off: Sequence[Path], out: Path) -> Path:
     return path
 
 
-def planned(profile: Path, size: str, out: Path, seeds: int, pays_at: float) -> Path:
+def planned(
+    profile: Path, size: str, out: Path, seeds: int, pays_at: float, plans: str = "plans"
+) -> Path:
     spec = scenario.load(DECISION).target.managed
     sets = [
         f"target.sim.profile={profile}",
@@ -165,7 +172,7 @@ def planned(profile: Path, size: str, out: Path, seeds: int, pays_at: float) -> 
         *SIZES[size][1],
     ]
     t0 = time.monotonic()
-    folder = plan.plan(DECISION, overrides=sets, runs_dir=out / f"plans-{size}", seeds=seeds,
+    folder = plan.plan(DECISION, overrides=sets, runs_dir=out / f"{plans}-{size}", seeds=seeds,
                        pays_at=pays_at)  # fmt: skip
     print(f"  planned {size}: {time.monotonic() - t0:.0f} s", flush=True)
     return folder
@@ -188,11 +195,23 @@ def main() -> None:
         action="store_true",
         help="no pairs: the tables again from --out's merged runs and latest plans",
     )
+    parser.add_argument(
+        "--without-noise",
+        action="store_true",
+        help="with --tables-only: plan again with --out's fit, its noise set to 0",
+    )
     args = parser.parse_args()
     sizes = [s for s in args.sizes.split(",") if s]
     out = args.out
     if args.tables_only:
-        show(out, [compared(out, size, args.pays_at) for size in sizes])
+        plans = "plans"
+        if args.without_noise:
+            plans = "plans-without-noise"
+            quiet = without_noise(out / "fitted.toml")
+            for size in sizes:
+                planned(quiet, size, out, args.seeds, args.pays_at, plans)
+        tables = [compared(out, size, args.pays_at, plans) for size in sizes]
+        show(out, tables, "heldout_decision" + plans.removeprefix("plans"))
         return
     out.mkdir(parents=True, exist_ok=True)
     print(f"start: {load_text()}, {os.cpu_count()} cores", flush=True)
@@ -236,23 +255,32 @@ def main() -> None:
     print(f"end: {load_text()}")
 
 
-def compared(out: Path, size: str, pays_at: float) -> pl.DataFrame:
+def without_noise(profile: Path) -> Path:
+    """A copy of the fitted profile (and its draws) with ``prefill_noise_sigma = 0``."""
+    text = re.sub(r"(?m)^prefill_noise_sigma = .*$", "prefill_noise_sigma = 0.0",
+                  profile.read_text())  # fmt: skip
+    quiet = profile.with_name(f"{profile.stem}-without-noise.toml")
+    quiet.write_text(text)
+    return quiet
+
+
+def compared(out: Path, size: str, pays_at: float, plans: str = "plans") -> pl.DataFrame:
     """One KV size's cells: its merged replay against its latest plan."""
     measured = heldout.measured_decision(load_run(out / f"runs-{size}" / "merged"), pays_at)
-    latest = sorted((out / f"plans-{size}").glob("plan-*"))[-1]
+    latest = sorted((out / f"{plans}-{size}").glob("plan-*"))[-1]
     plan_rows = pl.read_parquet(latest / "whatif.parquet")
     table = heldout.compare(plan_rows, measured).with_columns(pl.lit(size).alias("kv"))
     return table.select("kv", *(c for c in table.columns if c != "kv"))
 
 
-def show(out: Path, tables: Sequence[pl.DataFrame]) -> None:
+def show(out: Path, tables: Sequence[pl.DataFrame], name: str = "heldout_decision") -> None:
     table = pl.concat(tables)
-    table.write_csv(out / "heldout_decision.csv")
-    table.write_parquet(out / "heldout_decision.parquet")
+    table.write_csv(out / f"{name}.csv")
+    table.write_parquet(out / f"{name}.parquet")
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3):
         print(table.select(SHOWN))
         print(heldout.summary(table, by=("kv", "load_level")))
-    print(f"written {out / 'heldout_decision.csv'}")
+    print(f"written {out / name}.csv")
 
 
 if __name__ == "__main__":

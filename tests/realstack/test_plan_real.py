@@ -102,8 +102,8 @@ DECISION_SETS = ["sessions.initial_context_tokens=[12000]", "sessions.count=5"]
 #: four. At one in flight the model holds; at two and four a cell's gain turns on which
 #: of its six sessions' turns queue behind another's 12k prefill on the same replica, a
 #: matter of timing (the fit's service-time noise gives the plan that spread: 16-30% at
-#: the median, 2026-12-04, against 29-59% without it), so there the bound only catches a
-#: broken plan.
+#: the median, 2026-12-04, against 29-59% without it; 12-41% against 21-38% on a second
+#: run that day), so there the bound only catches a broken plan.
 DECISION_BOUNDS = {1.0: 0.35, 2.0: 0.8, 4.0: 0.8}
 #: What the pool decision turns on: alternate placement gains more from the pool than
 #: fixed. At one in flight, where the measured contrast (alternate / fixed session gain)
