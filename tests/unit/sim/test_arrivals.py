@@ -60,7 +60,7 @@ async def test_an_arrival_the_engine_has_passed_is_late_by_the_difference(
     assert _server_fact_s(Result(usage_chunk={"sim": unstated}), "arrival_late_s") is None
 
 
-async def test_a_request_key_too_long_is_refused_naming_the_header(
+async def test_an_empty_or_too_long_request_key_is_refused_naming_the_header(
     sim_servers: SimServers,
 ) -> None:
     a, _ = await sim_servers()
