@@ -59,7 +59,8 @@ WHATIF_COLUMNS = {
     "good_turns_off": "share of turns with TTFT within the objective, pool off",
     "good_turns_on": "share of turns with TTFT within the objective, pool on",
     "good_turns_off_low": "lower end of that share's 95% interval, pool off (sessions the "
-    "clusters: Wilson with design effect, Korn & Graubard 1998)",
+    "clusters: Clopper-Pearson on the effective sample size, Korn & Graubard 1998; all "
+    "good turns read [x, 1])",
     "good_turns_off_high": "upper end of that share's 95% interval, pool off",
     "good_turns_on_low": "lower end of that share's 95% interval, pool on",
     "good_turns_on_high": "upper end of that share's 95% interval, pool on",
