@@ -25,16 +25,24 @@
   arm is unstable (its queue grows: no share holds for a longer run), "undecided"
   otherwise or below the pooled sessions a verdict needs. ``--find KEY --find-by
   objective`` bisects this, per arm, for where each stops meeting the objective.
-- **Bisection** (:func:`bisect`): where a verdict changes along one numeric key, on a
-  function assumed monotone there: first the last value with the low end's verdict,
-  then (when an undecided region lies between) the first with the high end's, each
-  halving its bracket (geometric midpoints over a range of 8x or more from a positive
-  start; integer keys stop when the bracket's ends are adjacent).
+- **Bisection** (:func:`bisect`): every region of one verdict along one numeric key.
+  The range's ends and three values evenly spaced between them are planned even where
+  the ends agree (a verdict that changes and changes back shows there, or the interior
+  reads "not checked" where ``--find-steps`` left no room for them); then every pair of
+  neighbouring planned values whose verdicts differ is halved until its ends are
+  adjacent or ``--find-steps`` halvings are spent (geometric midpoints over a range of
+  8x or more from a positive start, four significant digits; integer keys stop at
+  adjacent integers). The regions are reported in order, a verdict that comes back or
+  steps back is flagged "not monotone", and beside the verdicts' edges (which read the
+  95% interval, so they move with ``--seeds``) stands where the point estimate itself
+  crosses the threshold, interpolated between planned values.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -218,13 +226,46 @@ def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
-class Bracket:
-    """Where one cell's verdict changes along a key.
+class Region:
+    """Consecutive planned values with one verdict: the first and last of them."""
 
-    ``below`` is the largest value seen with the low end's verdict ``first``, ``above``
-    the smallest with the high end's ``last``; ``undecided`` the (lowest, highest) value
-    seen undecided between them, if any. ``points`` is every value looked at, in order.
-    ``flips`` is False when both ends give one verdict (nothing to bracket).
+    verdict: str
+    low: float
+    high: float
+
+    def text(self, name: str) -> str:
+        where = _n(self.low) if self.low == self.high else f"{_n(self.low)}..{_n(self.high)}"
+        return f"{self.verdict} at {name}={where}"
+
+
+#: Verdicts in their order of merit, per kind: along a key a monotone function's verdicts
+#: never step back down this scale after stepping up (nor up after down).
+RANKS = {"does not pay": 0, "pays": 2, "misses": 0, "meets": 2, "undecided": 1}
+
+
+def _rank(verdict: str) -> int | None:
+    """A verdict's place on :data:`RANKS`, a qualifier after a comma aside ("pays, on an
+    unfitted profile" is a "pays"); None for one off the scale (unstable)."""
+    return RANKS.get(verdict.split(",", 1)[0].strip())
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """Where one cell's verdict changes along a key (the module doc's bisection).
+
+    ``points`` is every value looked at with its verdict, in the order planned; the
+    ``regions`` are runs of consecutive (by value) planned values with one verdict.
+    ``first``/``last`` are the verdicts at the range's ends; ``below`` is the largest
+    value of the first region, ``above`` the smallest of the last (the range's ends
+    when one verdict holds throughout); ``undecided`` the (lowest, highest) value seen
+    undecided between them, if any. ``interior`` is how many values strictly inside the
+    range the first grid planned, out of ``wanted``: fewer (``--find-steps`` ran out,
+    or an integer range with no room) and the interior is not checked. ``estimates``
+    holds each planned value's point estimate (the session gain, or an arm's goodput)
+    where the caller gave one, and ``crossings`` where it crosses ``threshold``,
+    interpolated between planned values (on a log scale where the bisection is
+    geometric): the verdicts read the 95% interval, so their boundaries move with
+    ``--seeds``, while the point estimate's crossing does not.
     """
 
     first: str
@@ -233,25 +274,104 @@ class Bracket:
     above: float
     undecided: tuple[float, float] | None
     points: tuple[tuple[float, str], ...]
+    interior: int = 0
+    wanted: int = 0
+    estimates: tuple[tuple[float, float | None], ...] = ()
+    threshold: float | None = None
+    crossings: tuple[float, ...] = ()
 
     @property
     def flips(self) -> bool:
         return self.first != self.last
 
+    @property
+    def regions(self) -> tuple[Region, ...]:
+        """Runs of equal verdicts over the planned values, in increasing order."""
+        out: list[Region] = []
+        for x, v in sorted(self.points):
+            if out and out[-1].verdict == v:
+                out[-1] = Region(v, out[-1].low, x)
+            else:
+                out.append(Region(v, x, x))
+        return tuple(out)
+
+    @property
+    def interior_checked(self) -> bool:
+        return self.interior >= self.wanted
+
+    @property
+    def reversal(self) -> tuple[Region, Region] | None:
+        """The first pair of regions that breaks monotonicity: a verdict that comes back
+        after another, or a step against the direction taken so far on :data:`RANKS`
+        (misses, then undecided at a larger value); None where the verdicts are monotone."""
+        seen: set[str] = set()
+        direction = 0
+        last_ranked: Region | None = None
+        for before, region in zip((None, *self.regions), self.regions, strict=False):
+            if region.verdict in seen and before is not None:
+                return before, region
+            seen.add(region.verdict)
+            rank = _rank(region.verdict)
+            if rank is None:
+                continue
+            if last_ranked is not None:
+                before_rank = _rank(last_ranked.verdict) or 0
+                step = (rank > before_rank) - (rank < before_rank)
+                if direction and step and step != direction:
+                    return last_ranked, region
+                direction = direction or step
+            last_ranked = region
+        return None
+
+    @property
+    def monotone(self) -> bool:
+        return self.reversal is None
+
     def text(self, name: str) -> str:
-        """One line: the bracket in words."""
-        if not self.flips:
-            return f"{self.first} over the whole range [{_n(self.below)}, {_n(self.above)}]"
-        line = f"{self.first} at {name}={_n(self.below)}, {self.last} at {name}={_n(self.above)}"
-        if self.undecided is not None:
-            low, high = self.undecided
-            region = _n(low) if low == high else f"{_n(low)}..{_n(high)}"
-            line += f"; undecided at {region}"
+        """One line: every region in order, the point estimate's crossing, the flags."""
+        parts = [r.text(name) for r in self.regions]
+        line = "; ".join(parts)
+        if len(parts) == 1:
+            line = (
+                f"{self.first} over the whole range {name}={_n(self.below)}..{_n(self.above)} "
+                f"({len(self.points)} values planned)"
+            )
+        if self.threshold is not None and self.estimates:
+            if self.crossings:
+                at = ", ".join(f"~{_n(x)}" for x in self.crossings)
+                line += f"; point estimate crosses {_n(self.threshold)} at {name}={at}"
+            else:
+                line += f"; point estimate does not cross {_n(self.threshold)}"
+            if len(parts) > 1:
+                line += " (the verdicts read the 95% interval: their edges move with --seeds)"
+        if not self.interior_checked:
+            line += (
+                f"; interior not checked ({self.interior} of {self.wanted} interior values "
+                "planned: raise --find-steps)"
+            )
+        reversal = self.reversal
+        if reversal is not None:
+            a, b = reversal
+            line += (
+                f"; NOT MONOTONE: {a.verdict} at {name}={_n(a.high)} but {b.verdict} at "
+                f"{name}={_n(b.low)} (the verdict is not monotone in the key: a region "
+                "may lie unseen between planned values)"
+            )
         return line
 
 
 def _n(value: float) -> str:
-    return f"{value:g}"
+    """A key's value in text: four significant digits (0.007071, not 0.007071067811865475)."""
+    return f"{value:.4g}"
+
+
+def _round(value: float, a: float, b: float) -> float:
+    """``value`` to four significant digits, or as few more as keep it inside (a, b)."""
+    for digits in (4, 6, 8, 12):
+        rounded = float(f"{value:.{digits}g}")
+        if a < rounded < b:
+            return rounded
+    return value
 
 
 def _midpoint(a: float, b: float, *, integer: bool, geometric: bool) -> float | None:
@@ -264,7 +384,43 @@ def _midpoint(a: float, b: float, *, integer: bool, geometric: bool) -> float | 
             return None
     elif not a < mid < b:
         return None
-    return mid
+    return mid if integer else _round(mid, a, b)
+
+
+def _grid(low: float, high: float, n: int, *, integer: bool, geometric: bool) -> list[float]:
+    """``n`` values evenly spaced strictly inside (low, high), on a log scale when
+    ``geometric``; integers rounded and deduplicated (fewer where there is no room)."""
+    out: list[float] = []
+    for i in range(1, n + 1):
+        f = i / (n + 1)
+        x = low * (high / low) ** f if geometric else low + (high - low) * f
+        x = float(round(x)) if integer else _round(x, low, high)
+        if low < x < high and x not in out:
+            out.append(x)
+    return out
+
+
+def _crossings(
+    estimates: Sequence[tuple[float, float | None]], threshold: float, *, geometric: bool
+) -> tuple[float, ...]:
+    """Where the point estimate crosses ``threshold`` between consecutive planned values
+    (linear interpolation, in log value where the bisection is geometric)."""
+    known = sorted((x, g) for x, g in estimates if g is not None and math.isfinite(g))
+    out = []
+    for (x0, g0), (x1, g1) in itertools.pairwise(known):
+        if (g0 >= threshold) == (g1 >= threshold):
+            continue
+        f = (threshold - g0) / (g1 - g0)
+        if geometric:
+            out.append(x0 * (x1 / x0) ** f)
+        else:
+            out.append(x0 + f * (x1 - x0))
+    return tuple(out)
+
+
+#: Values planned strictly inside the range before any bisection, even where both ends
+#: agree (a verdict that changes and changes back between the ends shows there).
+DEFAULT_INTERIOR = 3
 
 
 def bisect(
@@ -274,44 +430,67 @@ def bisect(
     *,
     integer: bool = False,
     steps: int = DEFAULT_STEPS,
+    interior: int = DEFAULT_INTERIOR,
+    estimate_at: Callable[[float], float | None] | None = None,
+    threshold: float | None = None,
 ) -> Bracket:
-    """Bracket where ``verdict_at`` changes between ``low`` and ``high`` (module doc).
+    """Every region of one verdict between ``low`` and ``high``, each edge bracketed
+    (module doc).
 
-    ``verdict_at`` is called once per value looked at (memoise it to share points
-    between cells); ``steps`` bounds the halvings of each boundary.
+    The ends and ``min(interior, steps)`` evenly spaced values between them are planned
+    first; then every pair of neighbouring planned values with different verdicts is
+    halved, each new pair again, at most ``steps`` times down from the first grid.
+    ``verdict_at`` (and ``estimate_at``, the point estimate read against ``threshold``
+    for the crossing) is called once per value looked at (memoise it to share points
+    between cells).
     """
     if not low < high:
         raise UserError(f"--find: expected LOW < HIGH, got {low:g}:{high:g}")
     geometric = low > 0 and high / low >= 8
     seen: dict[float, str] = {}
+    estimates: dict[float, float | None] = {}
 
     def at(x: float) -> str:
         if x not in seen:
             seen[x] = verdict_at(x)
+            if estimate_at is not None:
+                estimates[x] = estimate_at(x)
         return seen[x]
 
-    first, last = at(low), at(high)
-    if first == last:
-        return Bracket(first, last, low, high, None, tuple(seen.items()))
-
-    def edge(a: float, b: float, inside: Callable[[str], bool]) -> tuple[float, float]:
-        """Halve [a, b] keeping inside(a) and not inside(b)."""
-        for _ in range(steps):
-            mid = _midpoint(a, b, integer=integer, geometric=geometric)
-            if mid is None:
-                break
-            a, b = (mid, b) if inside(at(mid)) else (a, mid)
-        return a, b
-
-    below, b = edge(low, high, lambda v: v == first)
-    above = b
-    if at(b) != last:  # an undecided region lies between the two verdicts
-        # from the closest value already planned with the high end's verdict
-        known = min(x for x, v in seen.items() if x > b and v == last)
-        _c, above = edge(b, known, lambda v: v != last)
+    at(low)
+    at(high)
+    room = int(high - low - 1) if integer else interior
+    wanted = max(0, min(interior, room))
+    inside = _grid(low, high, min(interior, steps), integer=integer, geometric=geometric)
+    for x in inside:
+        at(x)
+    ordered = sorted(seen)
+    pending = deque((a, b, 0) for a, b in itertools.pairwise(ordered) if seen[a] != seen[b])
+    while pending:
+        a, b, depth = pending.popleft()
+        mid = _midpoint(a, b, integer=integer, geometric=geometric) if depth < steps else None
+        if mid is None:
+            continue
+        v = at(mid)
+        if v != seen[a]:
+            pending.append((a, mid, depth + 1))
+        if v != seen[b]:
+            pending.append((mid, b, depth + 1))
+    first, last = seen[low], seen[high]
+    points = tuple(seen.items())
+    regions = Bracket(first, last, low, high, None, points).regions
+    below, above = (low, high) if len(regions) == 1 else (regions[0].high, regions[-1].low)
     undecided = sorted(x for x, v in seen.items() if below < x < above and v == "undecided")
-    region = (undecided[0], undecided[-1]) if undecided else None
-    return Bracket(first, last, below, above, region, tuple(seen.items()))
+    crossings = (
+        _crossings(list(estimates.items()), threshold, geometric=geometric)
+        if threshold is not None
+        else ()
+    )
+    return Bracket(
+        first, last, below, above, (undecided[0], undecided[-1]) if undecided else None,
+        points, interior=len(inside), wanted=wanted,
+        estimates=tuple(sorted(estimates.items())), threshold=threshold, crossings=crossings,
+    )  # fmt: skip
 
 
 def parse_find(text: str) -> tuple[str, float, float, bool]:

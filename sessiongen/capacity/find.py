@@ -7,7 +7,9 @@ values, per cell (varied values, placement, context, load level), sharing every 
 already planned. The find folder ``runs/find-<scenario>-<time>/`` holds the runs,
 ``whatif.parquet`` (every value's rows, the key a column), ``brackets.parquet`` (per cell:
 the verdicts at the range's ends, the last value with the first, the first with the
-last, the undecided values between) and ``report/``, whose headline is the brackets.
+last, the undecided values between, every region of one verdict in order, whether the
+verdicts are monotone and the interior was checked, and where the point estimate crosses
+the threshold) and ``report/``, whose headline is the brackets.
 
 ``by="objective"`` (``--find-by objective``) bisects each cache arm's objective verdict
 (meets / misses / undecided, :func:`~sessiongen.capacity.decision.objective_verdict`)
@@ -59,17 +61,37 @@ class Found:
     by: FindBy = "verdict"
 
     def lines(self) -> list[str]:
-        """One line per cell: its keys, then its bracket."""
+        """One line per cell: its keys, then its bracket (every region, in order); by
+        objective, then per cell where each arm meets the objective."""
         name = self.key.rsplit(".", 1)[-1]
         out = []
         for cell, bracket in self.cells:
-            where = ", ".join(f"{k.rsplit('.', 1)[-1]} {_text(v)}" for k, v in cell.items())
-            out.append(f"{where}: {bracket.text(name)}")
+            out.append(f"{_where(cell)}: {bracket.text(name)}")
+        if self.by == "objective":
+            out += self._meets_lines(name)
         return out
+
+    def _meets_lines(self, name: str) -> list[str]:
+        """Per cell: the planned values where each arm meets the objective."""
+        arms: dict[str, dict[str, str]] = {}
+        for cell, bracket in self.cells:
+            rest = {k: v for k, v in cell.items() if k != "cache"}
+            meets = [r for r in bracket.regions if r.verdict == "meets"]
+            text = ", ".join(r.text(name).removeprefix("meets at ") for r in meets) or "nowhere"
+            arms.setdefault(_where(rest), {})[str(cell.get("cache"))] = text
+        return [
+            f"{where or 'as given'}: meets the objective: "
+            + "; ".join(f"cache {arm} at {text}" for arm, text in texts.items())
+            for where, texts in arms.items()
+        ]
+
+
+def _where(cell: dict[str, Any]) -> str:
+    return ", ".join(f"{k.rsplit('.', 1)[-1]} {_text(v)}" for k, v in cell.items())
 
 
 def _text(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def find(
@@ -123,14 +145,30 @@ def find(
     found: list[tuple[dict[str, Any], Bracket]] = []
     for cell in cells:
 
-        def verdict_at(x: float, cell: dict[str, Any] = cell) -> str:
-            arm = cell.get("cache")
+        def row(x: float, cell: dict[str, Any] = cell) -> dict[str, Any] | None:
             keys = {k: v for k, v in cell.items() if k != "cache"}
             rows = evaluate(x).filter(*(pl.col(k) == v for k, v in keys.items()))
-            column = "verdict" if arm is None else f"objective_{arm}"
-            return str(rows[column][0]) if rows.height and rows[column][0] else "undecided"
+            return rows.row(0, named=True) if rows.height else None
 
-        found.append((cell, bisect(verdict_at, low, high, integer=integer, steps=steps)))
+        arm = cell.get("cache")
+        column, estimate = (
+            ("verdict", "session_gain") if arm is None else
+            (f"objective_{arm}", f"good_turns_{arm}")
+        )  # fmt: skip
+
+        def verdict_at(x: float, column: str = column) -> str:
+            r = row(x)
+            return str(r[column]) if r and r[column] else "undecided"
+
+        def estimate_at(x: float, estimate: str = estimate) -> float | None:
+            r = row(x)
+            return r.get(estimate) if r else None
+
+        threshold = pays_at if arm is None else evaluate(low)["attainment"][0]
+        found.append(
+            (cell, bisect(verdict_at, low, high, integer=integer, steps=steps,
+                          estimate_at=estimate_at, threshold=threshold))
+        )  # fmt: skip
     result = Found(out, key, found, integer, by)
     _write(result, planned, varies, seeds)
     return result
@@ -141,10 +179,14 @@ def brackets_frame(found: Found) -> pl.DataFrame:
     rows = []
     for cell, b in found.cells:
         low, high = b.undecided or (None, None)
+        name = found.key.rsplit(".", 1)[-1]
         rows.append(
             {**cell, "first_verdict": b.first, "last_verdict": b.last, "flips": b.flips,
              "below": b.below, "above": b.above, "undecided_low": low,
-             "undecided_high": high, "values_planned": len(b.points)}
+             "undecided_high": high, "values_planned": len(b.points),
+             "regions": " | ".join(r.text(name) for r in b.regions),
+             "monotone": b.monotone, "interior_checked": b.interior_checked,
+             "point_crossing": float(f"{b.crossings[0]:.4g}") if b.crossings else None}
         )  # fmt: skip
     return pl.DataFrame(rows)
 
@@ -175,10 +217,17 @@ def _write(
     extra: list[Element] = [
         Heading(f"Where {what} flips along {found.key}"),
         Paragraph(
-            f"Bisection per cell{' and cache arm' if found.by == 'objective' else ''} (the "
-            "last value with the low end's verdict, the first with the high end's, the "
-            "undecided values planned between them); every value planned is a row of the "
-            "decision table above."
+            f"Bisection per cell{' and cache arm' if found.by == 'objective' else ''}: the "
+            "range's ends and three values between them planned, then every pair of "
+            "neighbouring values with different verdicts halved; regions lists every run "
+            "of one verdict over the planned values, in order (monotone false: a verdict "
+            "comes back or steps back, so a region may lie between planned values; "
+            "interior_checked false: --find-steps left no room for the interior values). "
+            "The verdicts read the 95% interval, so their edges (below, above) move with "
+            "--seeds; point_crossing is where the point estimate "
+            f"({'goodput' if found.by == 'objective' else 'session gain'}) itself crosses "
+            "the threshold, interpolated between planned values. Every value planned is "
+            "a row of the decision table above."
         ),
         Table(whole_levels(_whole_values(brackets, found.integer).drop("flips")), max_rows=200),
     ]

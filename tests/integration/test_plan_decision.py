@@ -59,10 +59,23 @@ def test_find_brackets_where_the_pool_starts_to_pay(
         "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
     ])  # fmt: skip
     out = capsys.readouterr().out
-    assert "does not pay at replicas=1, pays at replicas=2" in out
     (folder,) = tmp_path.glob("find-*")
     brackets = pl.read_parquet(folder / "brackets.parquet")
-    assert brackets.select("below", "above").rows() == [(1.0, 2.0)]
+    row = brackets.row(0, named=True)
+    whatif = pl.read_parquet(folder / "whatif.parquet").sort("find_value")
+    # every region of the planned verdicts, in order (the interior value 2 planned too)
+    verdicts = whatif["verdict"].to_list()
+    runs = [(v, [x for x, w in zip((1, 2, 3), verdicts, strict=True) if w == v]) for v in
+            dict.fromkeys(verdicts)]  # fmt: skip
+    regions = [f"{v} at replicas={xs[0]}" + (f"..{xs[-1]}" if len(xs) > 1 else "")
+               for v, xs in runs]  # fmt: skip
+    assert row["regions"] == " | ".join(regions)
+    assert ("; ".join(regions) if len(regions) > 1 else f"{verdicts[0]} over the whole range") in out
+    assert row["interior_checked"]
+    # the session gain itself (1.0 on one replica, more on two) crosses 1.1 between 1 and 2
+    gains = whatif["session_gain"].to_list()
+    assert gains[0] < 1.1 <= gains[1] and 1 < row["point_crossing"] < 2
+    assert f"point estimate crosses 1.1 at replicas=~{row['point_crossing']:.4g}" in out
     planned = pl.read_parquet(folder / "whatif.parquet")["target.sim.replicas"].to_list()
     assert sorted(planned) == ["1", "2", "3"]
     report = (folder / "report" / "report.md").read_text()
@@ -133,6 +146,10 @@ def test_find_by_objective_brackets_each_arm_along_the_load(
             assert r[f"good_turns_{arm}_low"] <= r[f"good_turns_{arm}_high"]
     assert "Where each arm stops meeting the objective" in out
     assert "cache off: " in out and "cache on: " in out
+    # where each arm meets the objective, as planned values (the ON arm's range included)
+    assert "meets the objective: cache off at " in out and "; cache on at " in out
+    # --find-steps 1 leaves room for one of the three interior values
+    assert "interior not checked (1 of 3 interior values planned" in out
     report = (folder / "report" / "report.md").read_text()
     assert "Where each arm's objective verdict flips along load.levels" in report
 
