@@ -22,8 +22,15 @@ partial; only requests with status ok count):
   cache left. **Recovered**: per request, ``min(pool, beyond local)``; the arm's
   **recovered share** is the recovered tokens over the beyond-local tokens ("the pool
   recovered X of the Y tokens an infinite cache could have served beyond the local
-  hits"). Local hits can exceed the trace's shared tokens by the chat template's
-  leading tokens, which every prompt shares; the clamps keep those out.
+  hits"). Local and pool hits can exceed the trace's shared tokens by the chat
+  template's tokens, which every prompt shares; the clamps keep those out.
+- **Bounds**: the infinite share minus the replica share is what only another replica
+  had seen, the most a pool adds to *unbounded* local caches. Real local caches evict,
+  so a pool also serves blocks its replica saw and dropped: the measured pool share can
+  exceed that difference (a Mooncake-trace plan: a pool share of 24.3% beside 23.5%).
+  The bound a measured share is read against is therefore the **beyond-local share**
+  (beyond local over prompt tokens, given the local hits as run), and the share read
+  against it the **pool-within share** (recovered over prompt tokens), never above it.
 - **Reuse distance** of a request (``trace_reuse_distance``, in blocks): the largest LRU
   stack distance among its shared blocks over the whole trace, so one LRU cache of C
   blocks that all requests go through serves its whole shared prefix exactly when the
@@ -36,9 +43,11 @@ partial; only requests with status ok count):
   than one block a request.
 
 Intervals take **sessions as units** (the turns of a session share a prefix and a
-replica): :func:`sessiongen.analysis.stats.clustered_share` on a session's tokens, for
-arms with at least :data:`~sessiongen.analysis.stats.MIN_SESSIONS` sessions; below
-that, none is given ("not enough data").
+replica): :func:`sessiongen.analysis.stats.clustered_share` on a session's tokens, over
+the sessions with reuse beyond the local hits (the others add nothing to either sum, so
+they are not resampled: ``interval_units`` counts those that are), for arms with at
+least :data:`~sessiongen.analysis.stats.MIN_SESSIONS` of them; below that, none is given
+("not enough data").
 """
 
 from __future__ import annotations
@@ -61,8 +70,16 @@ ARM_COLUMNS: dict[str, str] = {
     "local_share": "local prefix-cache hit tokens / prompt tokens (replicas' counters)",
     "pool_share": "pool (external) hit tokens / prompt tokens (replicas' counters)",
     "beyond_local_tokens": "sum of max(0, infinite-cache - local hit) tokens per request",
+    "beyond_local_share": "beyond local / prompt tokens: the most a pool could serve of the "
+    "trace's shared prefixes beside the local hits as run (bounded local caches evict, so "
+    "this can exceed infinite share - replica share)",
     "recovered_tokens": "sum of min(pool hit, beyond local) tokens per request",
-    "recovered_share": "recovered / beyond local, 95% interval over sessions",
+    "pool_within_share": "recovered / prompt tokens: the pool's hits within the trace's "
+    "shared prefixes beyond the local hits, never above beyond_local_share (pool_share "
+    "also counts chat-template tokens every prompt shares, which the trace does not)",
+    "recovered_share": "recovered / beyond local, 95% interval over interval_units",
+    "interval_units": "the independent units the recovered share's interval resamples: "
+    "sessions (a one-request session: a request) with reuse beyond the local hits",
 }
 
 _ARM = ["placement", "cache"]
@@ -156,14 +173,19 @@ def arm_reuse(rows: pl.DataFrame) -> pl.DataFrame:
                 "local_share": _share(sub, "_local", "content_tokens"),
                 "pool_share": _share(sub, "_pool", "content_tokens"),
                 "beyond_local_tokens": int(sub["_beyond"].sum()),
+                "beyond_local_share": _share(sub, "_beyond", "content_tokens"),
                 "recovered_tokens": int(sub["_recovered"].sum()),
+                "pool_within_share": _share(sub, "_recovered", "content_tokens"),
                 "recovered_share": _share(sub, "_recovered", "_beyond"),
                 "recovered_low": low,
                 "recovered_high": high,
+                "interval_units": units.height,
+                "one_request_sessions": bool(per.height == sub.height),
             }
         )
     schema = {c: pl.Float64() for c in ("infinite_share", "replica_share", "local_share")}
     schema |= {c: pl.Float64() for c in ("pool_share", "recovered_share")}
+    schema |= {c: pl.Float64() for c in ("beyond_local_share", "pool_within_share")}
     schema |= {"recovered_low": pl.Float64(), "recovered_high": pl.Float64()}
     return pl.DataFrame(out, schema_overrides=schema, infer_schema_length=None)
 

@@ -130,11 +130,17 @@ def definitions(block_tokens: int) -> Bullets:
             "replica had seen: the most a pool can add to unbounded local caches.",
             "Local share and pool share: local prefix-cache hit tokens and pool (external) "
             "hit tokens from the replicas' counters, over prompt tokens.",
-            "Beyond local: per request max(0, infinite-cache tokens - local hit tokens). "
-            "Recovered: per request min(pool hit tokens, beyond local). Recovered share: "
-            "recovered / beyond local, with a 95% interval over sessions as units (Wilson "
-            "on the effective sample size); not given below 5 sessions with reuse beyond "
-            "the local hits.",
+            "Beyond local: per request max(0, infinite-cache tokens - local hit tokens); "
+            "over prompt tokens, the beyond-local share is the most a pool could serve of "
+            "the trace's shared prefixes beside the local hits as run. It, not infinite "
+            "minus replica share, bounds the pool: real local caches evict, so a pool also "
+            "serves blocks a replica saw and dropped. Recovered: per request min(pool hit "
+            "tokens, beyond local); over prompt tokens, the pool-within share (never above "
+            "the beyond-local share; the pool share itself also counts chat-template "
+            "tokens). Recovered share: recovered / beyond local, with a 95% interval over "
+            "sessions as units (Wilson on the effective sample size), counting only the "
+            "sessions with reuse beyond the local hits (the units resampled: "
+            "interval_units); not given below 5 of them.",
             "Reuse distance (blocks): a request's largest LRU stack distance among its "
             "shared blocks over the whole trace; one LRU cache of C blocks serves its whole "
             "shared prefix exactly when the distance is below C. LRU share at C: the "
@@ -165,24 +171,30 @@ def _recovered_lines(arms: pl.DataFrame) -> list[str]:
                 "reuse for the pool to recover."
             )
             continue
+        unit = "requests" if r.get("one_request_sessions") else "sessions"
         ci = (
-            f"95% interval {r['recovered_low']:.0%} to {r['recovered_high']:.0%} over "
-            f"{r['sessions']} sessions"
+            f"95% interval {r['recovered_low']:.0%} to {r['recovered_high']:.0%} over the "
+            f"{r['interval_units']} {unit} with reuse beyond the local hits (the units "
+            f"resampled, of {r['sessions']})"
             if r["recovered_low"] is not None
-            else "interval: not enough data (fewer than 5 sessions with reuse beyond the "
-            "local hits)"
+            else f"interval: not enough data (fewer than 5 {unit} with reuse beyond the local hits)"
         )
         room = (
             f"unbounded local caches could serve {_pct(r['replica_share'])} of its prompt "
-            f"tokens, a pool at most {_pct(r['infinite_share'] - r['replica_share'])} more"
+            f"tokens, leaving {_pct(r['infinite_share'] - r['replica_share'])} that only "
+            "another replica had seen"
             if r["replica_share"] is not None
             else "the replica share is not known"
         )
         out.append(
-            f"{r['placement']}: {room}; the local caches got {_pct(r['local_share'])}, the "
-            f"pool {_pct(r['pool_share'])}. The pool recovered {r['recovered_tokens']} of the "
-            f"{r['beyond_local_tokens']} tokens the infinite cache could have served beyond "
-            f"the local hits ({_pct(r['recovered_share'])}; {ci})."
+            f"{r['placement']}: {room}. The local caches got {_pct(r['local_share'])} "
+            f"(bounded: they evict), leaving at most {_pct(r['beyond_local_share'])} of the "
+            f"trace's shared prefixes for a pool; the pool served {_pct(r['pool_share'])} of "
+            f"the prompt tokens, {_pct(r['pool_within_share'])} within that bound (the rest "
+            f"are chat-template tokens every prompt shares). The pool recovered "
+            f"{r['recovered_tokens']} of the {r['beyond_local_tokens']} tokens the infinite "
+            f"cache could have served beyond the local hits ({_pct(r['recovered_share'])}; "
+            f"{ci})."
         )
     return out
 

@@ -218,6 +218,10 @@ def test_the_report_says_what_reuse_the_trace_allows_and_what_the_pool_recovered
     assert 0 < recovered <= beyond
     said = next(p for p in text.split("\n\n") if p.startswith("alternate: unbounded local"))
     assert f"The pool recovered {recovered} of the {beyond} tokens" in said
+    # the pool is read against the bound the local hits as run leave, never above it
+    for row in arms.values():
+        assert float(row["pool_within_share"]) <= float(row["beyond_local_share"]) + 5e-4
+    assert "within that bound" in said and "with reuse beyond the local hits" in said
     assert "### Reuse distance" in text and "### Working set against capacity" in text
     assert (report.parent / "reuse.png").is_file()
 

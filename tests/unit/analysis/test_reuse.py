@@ -161,6 +161,42 @@ def test_the_recovered_share_has_an_interval_over_sessions() -> None:
     )
     assert arm["recovered_share"] == pytest.approx(80 / 120)
     assert arm["recovered_low"] < arm["recovered_share"] < arm["recovered_high"]
+    # the interval resamples the six sessions with reuse beyond the local hits
+    assert arm["interval_units"] == 6 and not arm["one_request_sessions"]
+
+
+def test_the_interval_counts_the_units_it_resamples_not_every_session() -> None:
+    """Twelve one-request sessions, six with reuse beyond the local hits: the interval's
+    units are those six (the issue's "over 12031 sessions" had 4,250 behind it)."""
+    rows = [
+        request(1, session_id=f"s{s}", trace_line=s, send_s=float(s),
+                trace_shared_tokens=20 if s % 2 else 0, local_hit_tokens=0,
+                external_hit_tokens=20 if s % 4 == 1 else 0)
+        for s in range(12)
+    ]  # fmt: skip
+    arm = reuse.arm_reuse(frame(rows).with_columns(replica_shared_tokens=pl.lit(0))).row(
+        0, named=True
+    )
+    assert (arm["sessions"], arm["interval_units"]) == (12, 6)
+    assert arm["one_request_sessions"]
+
+
+def test_the_pool_is_read_against_the_beyond_local_bound_not_unbounded_caches() -> None:
+    """A replica that saw a block and evicted it: unbounded local caches would have served
+    it (replica share 30/110), but the local hit was 0 and the pool served it, so the pool
+    share exceeds infinite - replica share; the pool-within share stays within the
+    beyond-local share, and template tokens (pool hits beyond the trace's shared
+    tokens) count in the pool share only."""
+    rows = reuse.with_replica_reuse(requests(), lines(), BT)
+    evicted = rows.with_columns(
+        local_hit_tokens=pl.lit(0, pl.Int64),
+        external_hit_tokens=pl.col("trace_shared_tokens").fill_null(0) + 5,
+    )
+    arm = reuse.arm_reuse(evicted).row(0, named=True)
+    assert arm["pool_share"] > arm["infinite_share"] - arm["replica_share"]
+    assert arm["beyond_local_share"] == pytest.approx(60 / 110)
+    assert arm["pool_within_share"] == pytest.approx(60 / 110)
+    assert arm["pool_within_share"] <= arm["beyond_local_share"] < arm["pool_share"]
 
 
 def test_the_trace_figures_count_each_line_once_over_blocks() -> None:
