@@ -41,9 +41,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import stats, timeblocks
 from sessiongen.analysis.checks import contamination_expr
 from sessiongen.analysis.frames import (
     clusters,
@@ -270,8 +271,47 @@ def session_speedup(
     """
     totals = session_totals(run, extra_keys=extra_keys).filter(pl.col("complete"))
     keys = ["placement", "context_tokens", *extra_keys]
-    rows = _speedup_rows(totals, keys, paired_design(run), boot, "session", column)
-    return frame_from_rows(rows, keys, totals, SPEEDUP_VALUES)
+    pairable = paired_design(run)
+    if run.trace:
+        totals = in_time_blocks(totals, keys, pairable, column)
+    rows = _speedup_rows(totals, keys, pairable, boot, "session", column)
+    out = frame_from_rows(rows, keys, totals, SPEEDUP_VALUES)
+    unit = "time block" if run.trace else "session"
+    return out.with_columns(pl.lit(unit).alias("unit"))
+
+
+def in_time_blocks(
+    totals: pl.DataFrame, keys: Sequence[str], pairable: set[tuple[str, int]], column: str
+) -> pl.DataFrame:
+    """A trace's session totals with ``session_index`` replaced by its block of time
+    (:mod:`sessiongen.analysis.timeblocks`), per group of ``keys``: the block length
+    from the autocorrelation of the sessions' log OFF / ON ``column``, in the order of
+    their index (a trace's sessions are numbered by their first request; replicates'
+    indices are apart). ``block_sessions`` holds the length. Unpaired groups keep their
+    sessions."""
+    parts = []
+    for key, sub in partition(totals, keys):
+        if (key["placement"], key["context_tokens"]) not in pairable:
+            parts.append(sub.with_columns(pl.lit(1).alias("block_sessions")))
+            continue
+        per = sub.group_by("session_index", "cache").agg(pl.col(column).sum())
+        wide = per.pivot(on="cache", index="session_index", values=column).sort("session_index")
+        index = wide["session_index"].to_numpy()
+        if {"off", "on"} <= set(wide.columns):
+            series = np.log(wide["off"].to_numpy() / wide["on"].to_numpy())
+        else:
+            series = np.zeros(index.size)
+        length = timeblocks.block_length(series)
+        ids = timeblocks.block_ids(np.arange(index.size), length)
+        lookup = pl.DataFrame({"session_index": index, "_unit": ids.astype(np.int32)})
+        parts.append(
+            sub.join(lookup, on="session_index", how="left")
+            .with_columns(
+                pl.col("_unit").alias("session_index"), pl.lit(length).alias("block_sessions")
+            )
+            .drop("_unit")
+        )
+    return pl.concat(parts, how="diagonal_relaxed") if parts else totals
 
 
 def _fmt_cell(value: float | None, fmt: str) -> str:

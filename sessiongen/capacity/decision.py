@@ -52,6 +52,7 @@ import polars as pl
 
 from sessiongen.analysis.load import LEVEL_KEYS, load_table
 from sessiongen.analysis.stats import MIN_SESSIONS
+from sessiongen.capacity.evidence import qualified
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records.run import Run
@@ -60,6 +61,8 @@ from sessiongen.scenario.spec import Scenario
 Verdict = Literal["pays", "does not pay", "undecided"]
 ObjectiveVerdict = Literal["meets", "misses", "undecided"]
 VERDICTS: tuple[Verdict, ...] = ("does not pay", "undecided", "pays")
+#: The verdict of a cell with too few units for its interval to mean what it says.
+NOT_ENOUGH = "not enough data"
 #: The verdict of a cell whose OFF, ON or both arms are unstable (module doc).
 UNSTABLE_VERDICTS = {
     (False, True): "unstable (OFF queue grows)",
@@ -202,15 +205,17 @@ def unstable_verdict(stable_off: bool | None, stable_on: bool | None) -> str | N
 
 def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
     """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain;
-    "undecided" below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled sessions,
-    where the interval covers far less than it says (more ``--seeds`` decide); an
+    :data:`NOT_ENOUGH` below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled
+    units (distinct replicates' sessions, or a trace's blocks of time), where the
+    interval covers far less than it says (more sessions, or a longer trace, decide;
+    more ``--seeds`` only where the replicates differ); an
     unstable verdict where ``stable_off`` or ``stable_on`` is false (module doc). With
     an objective (``attainment`` set), ``objective_off`` and ``objective_on`` too."""
     rows = list(whatif.iter_rows(named=True))
     enough = [(r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS for r in rows]
     verdicts = [
         unstable_verdict(r.get("stable_off"), r.get("stable_on"))
-        or (verdict(r["session_gain_low"], r["session_gain_high"], pays_at) if ok else "undecided")
+        or (verdict(r["session_gain_low"], r["session_gain_high"], pays_at) if ok else NOT_ENOUGH)
         for r, ok in zip(rows, enough, strict=True)
     ]
     objectives = {
@@ -227,9 +232,15 @@ def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
         ]
         for arm in ("off", "on")
     }
+    fitted = [r.get("profile_fitted") is not False for r in rows]  # a replay's rows: measured
     return whatif.with_columns(
         pl.lit(pays_at).alias("pays_at"),
         pl.Series("verdict", verdicts, dtype=pl.String),
+        pl.Series(
+            "verdict_text",
+            [qualified(v, ok) for v, ok in zip(verdicts, fitted, strict=True)],
+            dtype=pl.String,
+        ),
         *(pl.Series(name, values, dtype=pl.String) for name, values in objectives.items()),
     )
 

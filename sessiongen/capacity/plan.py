@@ -52,10 +52,12 @@ from sessiongen.capacity.decision import (
     replicate_sets,
     with_verdicts,
 )
+from sessiongen.capacity.evidence import Evidence, evidence
 from sessiongen.capacity.grid import Config, Vary, configs
 from sessiongen.capacity.sensitivity import console_lines
 from sessiongen.capacity.sensitivity import sensitivity as sensitivity_of
 from sessiongen.capacity.sweep import SweepOptions, run_all
+from sessiongen.capacity.uncertainty import distinct, evidence_lines, with_uncertainty
 from sessiongen.capacity.virtual import (
     ConfigTask,
     PlannedRun,
@@ -182,24 +184,25 @@ def run_grid(
             on_config(config, run_dirs[config.index, k])
 
     run_all(plan_config, tasks, sweep, finished)
+    proof = evidence(grid[0].scenario)
     turns, rows = [], []
     for config in grid:  # in grid order, whatever order they finished in
         runs = [load_run(run_dirs[config.index, k]) for k in range(seeds)]
-        run = pooled(runs)
+        kept = [runs[i] for i in distinct(runs)]  # a repeated replicate learned nothing
+        run = pooled(kept)
         tag = {"config": config.index, "label": config.label, **config.values}
         turns.append(turn_table(run).with_columns(*_lits(tag)))
-        spread = pl.concat([whatif_rows(r) for r in runs], how="diagonal_relaxed")
-        spread = spread.group_by(ARM).agg(
-            pl.col("session_gain").min().alias("session_gain_seed_min"),
-            pl.col("session_gain").max().alias("session_gain_seed_max"),
-        )
-        row = whatif_rows(run).join(spread, on=ARM, how="left", nulls_equal=True)
-        row = row.join(arm_stability(runs), on=ARM, how="left", nulls_equal=True)
+        row = whatif_rows(run).join(replicate_spread(kept), on=ARM, how="left", nulls_equal=True)
+        row = row.join(arm_stability(kept), on=ARM, how="left", nulls_equal=True)
         drawn = seeds - 1 if draws else 0
+        closed = config.scenario.load.arrival == "closed" and not run.trace
+        row = with_uncertainty(row, proof.model_error, drawn=drawn > 0, closed=closed)
         rows.append(
             row.with_columns(
                 pl.lit(seeds).alias("replicates"),
+                pl.lit(len(kept)).alias("distinct_replicates"),
                 pl.lit(drawn).alias("parameter_draws"),
+                *_lits(evidence_columns(proof)),
                 *_lits(tag),
             )
         )
@@ -207,6 +210,31 @@ def run_grid(
     turn_frame = _front(pl.concat(turns, how="diagonal_relaxed"), front)
     whatif = _front(pl.concat(rows, how="diagonal_relaxed"), front)
     return whatif, turn_frame
+
+
+def replicate_spread(runs: Sequence[Run]) -> pl.DataFrame:
+    """Per arm: each replicate's own session and later-turn gains (lists, for
+    :func:`~sessiongen.capacity.uncertainty.with_uncertainty`) and their extremes."""
+    per = pl.concat([whatif_rows(r) for r in runs], how="diagonal_relaxed")
+    return per.group_by(ARM).agg(
+        pl.col("session_gain").min().alias("session_gain_seed_min"),
+        pl.col("session_gain").max().alias("session_gain_seed_max"),
+        pl.col("session_gain").alias("session_gain_replicates"),
+        pl.col("later_gain").alias("later_gain_replicates"),
+    )
+
+
+def evidence_columns(proof: Evidence) -> dict[str, Any]:
+    """What a verdict rests on, as what-if columns (:mod:`.evidence`)."""
+    return {
+        "profile": proof.profile,
+        "profile_fitted": proof.fitted,
+        "profile_date": proof.date,
+        "profile_runs": len(proof.runs),
+        "profile_hardware": proof.hardware,
+        "evidence": proof.line(),
+        "model_error_source": proof.model_error_source,
+    }
 
 
 def _lits(tag: dict[str, Any]) -> list[pl.Expr]:
@@ -258,6 +286,7 @@ def _session_gain(run: Run, column: str, name: str) -> pl.DataFrame:
         pl.col("speedup_ci_low").alias(f"{name}_low"),
         pl.col("speedup_ci_high").alias(f"{name}_high"),
         pl.col("n_units").alias(f"{name}_units"),
+        pl.col("unit").alias(f"{name}_unit"),
     )
 
 
@@ -346,6 +375,7 @@ def whatif_rows(run: Run) -> pl.DataFrame:
         "session_gain_low",
         "session_gain_high",
         pl.col("session_gain_units").alias("sessions"),
+        pl.col("session_gain_unit").alias("unit"),
         "later_gain",
         "later_gain_low",
         "later_gain_high",
@@ -397,9 +427,9 @@ def console_table(out: Path, varies: Sequence[Vary], *, decision_only: bool = Fa
                    fmt_str_lengths=60):  # fmt: skip
         text = (
             f"Decision (PLANNED): does the pool pay, session gain >= {pays_at:g}? "
-            f"{replicates} replicate{'s' if replicates > 1 else ''} per configuration; "
-            "95% intervals, paired bootstrap over sessions pooled across replicates\n"
-            f"{decision}"
+            f"{replicates} replicate{'s' if replicates > 1 else ''} per configuration\n"
+            + "".join(f"{line}\n" for line in evidence_lines(whatif))
+            + f"{decision}"
         )
         text += "".join(f"\n{line}" for line in console_lines(whatif))
         if decision_only:

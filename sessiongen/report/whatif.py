@@ -283,7 +283,7 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
                     r.get(f"good_turns_{arm}_high"),
                 ) + (f" {r[f'objective_{arm}']}" if r.get(f"objective_{arm}") else "")  # fmt: skip
         row["sessions"] = r["sessions"]
-        row["verdict"] = r["verdict"]
+        row["verdict"] = r.get("verdict_text") or r["verdict"]
         rows.append(row)
     return pl.DataFrame(rows)
 

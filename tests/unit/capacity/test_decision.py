@@ -37,7 +37,9 @@ def test_with_verdicts_adds_the_threshold_and_a_verdict_per_row() -> None:
     assert out["verdict"].to_list() == ["pays", "undecided", "does not pay"]
     assert out["pays_at"].to_list() == [1.1, 1.1, 1.1]
     few = with_verdicts(rows.with_columns(sessions=pl.Series([4, 5, 4])), 1.1)
-    assert few["verdict"].to_list() == ["undecided", "undecided", "undecided"]
+    # below five units the interval means less than it says: "not enough data", not a
+    # verdict (the middle row has five and reads its interval)
+    assert few["verdict"].to_list() == ["not enough data", "undecided", "not enough data"]
     enough = with_verdicts(rows.with_columns(sessions=pl.Series([5, 5, 6])), 1.1)
     assert enough["verdict"].to_list() == ["pays", "undecided", "does not pay"]
 
