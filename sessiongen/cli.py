@@ -816,8 +816,20 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     type=click.IntRange(1000),
     help="Bootstrap resamples behind each interval (at least 1000; default 2000).",
 )
+@click.option(
+    "--heldout",
+    "heldout",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A replay (both cache arms) not given to the fit, planned with the fitted profile "
+    "to measure the model's own error per regime ([fit.model_error]); repeat for more.",
+)
 def fit_cmd(
-    run_dirs: tuple[str, ...], output: str, kv_bytes_per_token: int | None, resamples: int | None
+    run_dirs: tuple[str, ...],
+    output: str,
+    kv_bytes_per_token: int | None,
+    resamples: int | None,
+    heldout: tuple[str, ...],
 ) -> None:
     """Fit the simulator's timing profile to real runs of RUN_DIRS.
 
@@ -831,6 +843,11 @@ def fit_cmd(
     Runs with sessions in flight together (scenarios/fitprobe-load.toml) give the loaded
     terms: decode batching and whether pool loads hold the engine step, chosen by
     planning those runs under each candidate; it says which the runs identify.
+
+    With --heldout RUN (replays of both cache arms that the fit does not see), each is
+    planned with the fitted profile and its planned session gains are compared with the
+    measured ones: the model's own error per regime (one session in flight, loaded) is
+    written into the profile for the planner's intervals.
     """
     from sessiongen.capacity import fit
 
@@ -839,6 +856,7 @@ def fit_cmd(
         kv_bytes_per_token=kv_bytes_per_token,
         resamples=resamples or fit.RESAMPLES,
         progress=True,
+        heldout=[Path(d) for d in heldout],
     )
     click.echo(fit.summary_text(result))
     click.echo(f"profile: {fit.write_profile(result, Path(output))}")

@@ -915,7 +915,18 @@ def summary_text(result: Fit) -> str:
     lines = [f"fitted on {result.requests} requests that ran alone:"]
     lines += _header_lines(result)
     lines += list(result.warnings) + _residual_lines(result)
-    return "\n".join(lines + _loaded_lines(result))
+    return "\n".join(lines + _loaded_lines(result) + _model_error_lines(result))
+
+
+def _model_error_lines(result: Fit) -> list[str]:
+    error = result.model_error
+    if not error:
+        return []
+    lines = [f"model error (log-scale SD of planned / measured session gain): {error['source']}"]
+    for name in ("one_in_flight", "loaded"):
+        if name in error:
+            lines.append(f"  {name:<24} {error[name]:12.4g}  over {error[f'cells_{name}']} cells")
+    return lines
 
 
 def _loaded_lines(result: Fit) -> list[str]:
