@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from sessiongen.analysis import stats
 from sessiongen.analysis.frames import partition
@@ -325,3 +326,87 @@ def _peaks(block: pl.DataFrame, shared: int) -> tuple[int, int]:
                 per[r] = per.get(r, 0) + t
         peak_replica = max(peak_replica, max(per.values(), default=0))
     return peak_all, peak_replica
+
+
+#: The columns of :func:`in_flight_table`, per cache arm (quantiles over time).
+IN_FLIGHT_COLUMNS = ("in_flight_p50", "in_flight_p90", "before_first_token_p50")
+
+
+#: A float array.
+Floats = NDArray[np.float64]
+
+
+def in_flight_table(run: Run, *, wide: bool = False) -> pl.DataFrame:
+    """Requests in flight as measured, per arm and level (:data:`LEVEL_KEYS`), over the
+    modeled time of each arm's blocks (first send to last end, every block's time pooled):
+    ``in_flight_p50``/``in_flight_p90`` the median and 90th percentile over time of the
+    requests sent and not yet ended (``send_s`` to ``send_s + e2e_s``; a request without
+    an end counts to its first token); ``before_first_token_p50`` the median of those
+    still before their first token (queued or in prefill). Time-weighted, not
+    per-request: what an open loop of trace timestamps actually held, where its
+    ``load_level`` says nothing. Requests that never got a first token nor an end do not
+    count. ``wide``: one row per (placement, context_tokens, load_level), the columns
+    suffixed ``_off`` / ``_on`` as the what-if table has them. Replicates pooled into
+    one run must number their blocks apart, or their overlapping clocks add up."""
+    rows = (
+        _with_level(run)
+        .with_columns(
+            _end=pl.col("send_s") + pl.coalesce("e2e_s", "ttft_s"),
+            _first=pl.col("send_s") + pl.coalesce("ttft_s", "e2e_s"),
+        )
+        .filter(pl.col("send_s").is_not_null() & pl.col("_end").is_not_null())
+    )
+    out: list[dict[str, Any]] = []
+    for key, sub in partition(rows, list(LEVEL_KEYS)):
+        flight: list[Floats] = []
+        waiting: list[Floats] = []
+        for _, block in partition(sub, ["block"]):
+            send = block["send_s"].to_numpy().astype(float)
+            end = block["_end"].to_numpy().astype(float)
+            flight.append(_intervals(send, end, until=float(end.max())))
+            first = block["_first"].to_numpy().astype(float)
+            waiting.append(_intervals(send, first, until=float(end.max())))
+        p50, p90 = _pooled_quantiles(flight, (0.5, 0.9))
+        (first50,) = _pooled_quantiles(waiting, (0.5,))
+        out.append(
+            {**key, "in_flight_p50": p50, "in_flight_p90": p90, "before_first_token_p50": first50}
+        )
+    schema = {
+        "placement": pl.String(), "cache": pl.String(), "context_tokens": pl.Int64(),
+        "load_level": pl.Float64(), **{c: pl.Float64() for c in IN_FLIGHT_COLUMNS},
+    }  # fmt: skip
+    table = pl.DataFrame(out, schema=schema).select(
+        "placement", "context_tokens", "load_level", "cache", *IN_FLIGHT_COLUMNS
+    )
+    if not wide:
+        return table.sort("placement", "context_tokens", "load_level", "cache")
+    keys = ["placement", "context_tokens", "load_level"]
+    result = table.select(keys).unique()
+    for cache in ("off", "on"):
+        arm = table.filter(pl.col("cache") == cache).select(
+            *keys, *(pl.col(c).alias(f"{c}_{cache}") for c in IN_FLIGHT_COLUMNS)
+        )
+        result = result.join(arm, on=keys, how="left", nulls_equal=True)
+    return result.sort(keys)
+
+
+def _intervals(starts: Floats, ends: Floats, *, until: float) -> Floats:
+    """One block's (counts, durations) of open ``[start, end)`` intervals from its first
+    start to ``until`` (the block's last end), as rows of a 2 x n array."""
+    times = np.concatenate([starts, ends, [until]])
+    steps = np.concatenate([np.ones(len(starts)), -np.ones(len(ends)), [0.0]])
+    order = np.lexsort((steps, times))  # by time, ends (-1) before starts (+1) at a tie
+    times, counts = times[order], np.cumsum(steps[order])
+    return np.vstack([counts[:-1], np.diff(times)])
+
+
+def _pooled_quantiles(blocks: list[Floats], qs: tuple[float, ...]) -> list[float | None]:
+    """Time-weighted quantiles of the counts over every block's time."""
+    both = np.hstack(blocks) if blocks else np.zeros((2, 0))
+    levels, held = both[0], both[1]
+    total = float(held.sum())
+    if total <= 0:
+        return [None] * len(qs)
+    by = np.argsort(levels, kind="stable")
+    cum = np.cumsum(held[by]) / total
+    return [float(levels[by][min(int(np.searchsorted(cum, q)), len(cum) - 1)]) for q in qs]

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from sessiongen.analysis.latency import SESSION_GAIN
 from sessiongen.analysis.load import MAX_GROWTH, MIN_SERVED_SHARE
 from sessiongen.errors import UserError
@@ -74,6 +76,15 @@ WHATIF_COLUMNS = {
     "queue_p90_on_s": "90th percentile of the server's arrival -> admission wait, pool on, "
     "modeled s",
     "requests": "requests of the configuration and placement, both arms",
+    "in_flight_p50_off": "requests in flight (sent, not yet ended), median over the modeled "
+    "time of the arm's blocks, pool off, as the records measured it "
+    "(sessiongen.analysis.load.in_flight_table): what an open loop actually held",
+    "in_flight_p50_on": "the same, pool on",
+    "in_flight_p90_off": "requests in flight, 90th percentile over time, pool off",
+    "in_flight_p90_on": "the same, pool on",
+    "before_first_token_p50_off": "requests sent and before their first token (queued or in "
+    "prefill), median over time, pool off",
+    "before_first_token_p50_on": "the same, pool on",
 }
 
 
@@ -85,17 +96,51 @@ ROW_COLUMNS = {
 }
 
 
-def level_name(arrival: str) -> str:
-    """What a load level is: a concurrency (closed loop) or a start rate (open loop)."""
+#: What a trace's load level is: none; its requests arrive at the trace's timestamps.
+TRACE_LEVEL = "open loop, trace timestamps"
+
+
+def level_name(arrival: str, *, trace: bool = False) -> str:
+    """What a load level is: a concurrency (closed loop), a start rate (open loop), or,
+    for a trace, none (:data:`TRACE_LEVEL`)."""
+    if trace:
+        return TRACE_LEVEL
     return "concurrency" if arrival == "closed" else "sessions/s"
 
 
+#: A trace's cells: no load level, no initial context (each request has its own length).
+TRACE_NULL = ("load_level", "context_tokens")
+
+
+def trace_cells(frame: pl.DataFrame, *, trace: bool) -> pl.DataFrame:
+    """``frame`` with :data:`TRACE_NULL` null for a trace (their values there are unused
+    defaults: a level of 4 "sessions in flight" a trace never had, a context of 0)."""
+    if not trace:
+        return frame
+    return frame.with_columns(
+        pl.lit(None, dtype=frame.schema[c]).alias(c) for c in TRACE_NULL if c in frame.columns
+    )
+
+
+def gain_name(*, one_turn: bool) -> str:
+    """The gain's name: "request gain" where every session is one request (a trace
+    without sessions), else "session gain"."""
+    return "request gain" if one_turn else "session gain"
+
+
 def describe_columns(
-    columns: Sequence[str], varies: Sequence[Vary], arrival: str
+    columns: Sequence[str],
+    varies: Sequence[Vary],
+    arrival: str,
+    *,
+    trace: bool = False,
+    one_turn: bool = False,
 ) -> list[tuple[str, str]]:
     """``(column, meaning)`` for each of ``columns``, in their order: the list a report
     prints beside its table, built from the table itself so the two cannot drift (a
-    column nobody described is a :class:`KeyError`)."""
+    column nobody described is a :class:`KeyError`). A ``trace`` has no load level nor
+    initial context (null, :func:`trace_cells`); where every session is ``one_turn``
+    (a trace without sessions) the session gain is a per-request gain and says so."""
     varied = {v.key for v in varies}
     level = (
         "sessions in flight at once (closed loop)"
@@ -103,6 +148,21 @@ def describe_columns(
         else "new sessions per modeled second (open loop)"
     )
     meanings = {**ROW_COLUMNS, "load_level": level, **WHATIF_COLUMNS}
+    if trace:
+        meanings["load_level"] = (
+            f"null: {TRACE_LEVEL} (no level was set; in_flight_* say what the arms held)"
+        )
+        meanings["context_tokens"] = "null: a trace's requests each have their own length"
+    if one_turn:
+        meanings |= {
+            k: v.replace("session gain", "request gain").replace("sessions", "requests")
+            for k, v in WHATIF_COLUMNS.items()
+            if k.startswith("session_gain") or k == "sessions"
+        }
+        meanings["session_gain"] = (
+            "request gain: median end-to-end time of a request OFF / ON (every session of "
+            "this trace is one request, so it includes the request's decode time)"
+        )
     return [
         (c, "varied: this configuration's value" if c in varied else meanings[c]) for c in columns
     ]

@@ -26,7 +26,14 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sessiongen.analysis.load import MAX_GROWTH, MIN_SERVED_SHARE
-from sessiongen.capacity.grid import Config, Vary, describe_columns, level_name
+from sessiongen.capacity.grid import (
+    Config,
+    Vary,
+    describe_columns,
+    gain_name,
+    level_name,
+    trace_cells,
+)
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
 from sessiongen.report.document import (
@@ -238,6 +245,8 @@ def _table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame:
         "local_hit_rate_on",
         "pool_hit_rate_on",
         "queue_p90_on_s",
+        "in_flight_p50_off",
+        "in_flight_p50_on",
         "stable_off",
         "stable_on",
         "verdict",
@@ -349,7 +358,17 @@ def write_whatif_report(
         f"profile {Path(given).name if given else 'built-in (study)'}"
     )
     arrival = first.load.arrival
-    table = _table(whatif, varies)
+    # a trace: no level nor context (null), and one-request sessions make a request gain
+    trace = first.sessions.source == "trace"
+    one_turn = trace and turns.height > 0 and turns["turn"].max() == 1
+    gain = gain_name(one_turn=one_turn)
+    table = trace_cells(_table(whatif, varies), trace=trace)
+    decision = trace_cells(decision_table(whatif, varies), trace=trace)
+    if one_turn:
+        decision = decision.rename(
+            {"session gain [95% CI]": "request gain [95% CI]", "sessions": "requests"},
+            strict=False,
+        )
     pays_at = float(whatif["pays_at"][0])
     blocks: list[Element] = [
         Heading(f"sessiongen plan: {first.name}", 1),
@@ -365,8 +384,8 @@ def write_whatif_report(
             f"{len(grid)} configurations"
             + (f", varying {', '.join(v.key for v in varies)}." if varies else ".")
         ),
-        Heading(f"Decision: does the pool pay (session gain >= {pays_at:g})?"),
-        Table(decision_table(whatif, varies), max_rows=200),
+        Heading(f"Decision: does the pool pay ({gain} >= {pays_at:g})?"),
+        Table(decision, max_rows=200),
         Paragraph(DECISION_METHOD),
         *extra,
         Heading("What if"),
@@ -378,7 +397,14 @@ def write_whatif_report(
         blocks.append(Image(png, f"pool gain and median TTFT against {varies[0].key}"))
     blocks += [
         Heading("Columns"),
-        Bullets(tuple(f"{k}: {v}" for k, v in describe_columns(table.columns, varies, arrival))),
+        Bullets(
+            tuple(
+                f"{k}: {v}"
+                for k, v in describe_columns(
+                    table.columns, varies, arrival, trace=trace, one_turn=one_turn
+                )
+            )
+        ),
         Heading("Per turn"),
         Table(whole_levels(turns.drop("label")), max_rows=200),
         Heading("Configurations"),
