@@ -189,6 +189,10 @@ def main() -> None:
         "--passes", type=int, choices=(1, 2), default=2,
         help="2: fitprobe again on each pair after the decision's blocks",
     )  # fmt: skip
+    parser.add_argument(
+        "--scenario", type=Path, default=DECISION,
+        help="the decision scenario (bench/validation/PROTOCOL.md names its own)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "heldout-decision")
     parser.add_argument(
         "--tables-only",
@@ -201,6 +205,8 @@ def main() -> None:
         help="with --tables-only: plan again with --out's fit, its noise set to 0",
     )
     args = parser.parse_args()
+    global DECISION
+    DECISION = args.scenario.resolve()
     sizes = [s for s in args.sizes.split(",") if s]
     out = args.out
     if args.tables_only:
