@@ -945,6 +945,14 @@ def fit_cmd(
     show_default=True,
     help="Halvings per boundary of --find (each plans every configuration and seed).",
 )
+@click.option(
+    "--sensitivity/--no-sensitivity",
+    default=True,
+    show_default=True,
+    help="Read each verdict again at both ends of every profile parameter's box (its "
+    "fitted interval, else +-10%): one more run per configuration, parameter and end; "
+    "the table says which parameter flips a verdict.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @set_option
 def plan_cmd(
@@ -961,6 +969,7 @@ def plan_cmd(
     find_spec: str | None,
     find_by: str,
     find_steps: int,
+    sensitivity: bool,
     progress: bool,
     overrides: tuple[str, ...],
 ) -> None:
@@ -1016,7 +1025,10 @@ def plan_cmd(
 
     def done(config: Config, run_dir: Path) -> None:
         finished.append(config.index)
-        click.echo(f"[{len(finished)}/{total}] {config.label}: {run_dir}")
+        if len(finished) <= total:
+            click.echo(f"[{len(finished)}/{total}] {config.label}: {run_dir}")
+        else:  # the ends of the sensitivity box, after the grid
+            click.echo(f"[sensitivity {len(finished) - total}] {config.label}: {run_dir}")
 
     out = plan_mod.plan(
         scenario_file,
@@ -1029,6 +1041,7 @@ def plan_cmd(
         on_config=done,
         seeds=seeds,
         pays_at=pays_at,
+        sensitivity=sensitivity,
     )
     click.echo(plan_mod.console_table(out, parsed))
     click.echo(f"plan: {out}")

@@ -85,6 +85,15 @@ WHATIF_COLUMNS = {
     "before_first_token_p50_off": "requests sent and before their first token (queued or in "
     "prefill), median over time, pool off",
     "before_first_token_p50_on": "the same, pool on",
+    "robustness": "the verdict over the profile's box: each parameter at its fitted "
+    "interval's ends (else -/+10%), the others at the profile's; at an end, the cell's "
+    "gain and interval times what the end does to replicate 0's gain (one planned run "
+    "per end, the same seed; sensitivity.parquet has every end); robust when every end "
+    "gives the cell's verdict, else which parameter flips it and which way ('pays "
+    "unless prefill_s_per_ktok is 10% below the profile's'), 'near saturation' where an "
+    "arm turns unstable at an end (sessiongen.capacity.sensitivity)",
+    "sensitive_to": "the parameters that flip the verdict inside the box, comma-joined "
+    "(null when none does)",
 }
 
 

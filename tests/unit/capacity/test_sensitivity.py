@@ -105,17 +105,19 @@ CELL = {"config": 0, "label": "as given", "placement": "alternate", "context_tok
 
 def _whatif(*cells: tuple[float, float, float, float, str]) -> pl.DataFrame:
     """Cells (level, gain, low, high, verdict) of one configuration, both arms stable."""
-    return pl.DataFrame(
-        [
-            {**CELL, "load_level": level, "session_gain": g, "session_gain_low": lo,
-             "session_gain_high": hi, "sessions": 40, "stable_off": True, "stable_on": True,
-             "verdict": verdict, "pays_at": 1.1}  # fmt: skip
-            for level, g, lo, hi, verdict in cells
-        ]
-    )
+    rows = []
+    for level, gain, low, high, verdict in cells:
+        figures = {"session_gain": gain, "session_gain_low": low, "session_gain_high": high}
+        rows.append(
+            {**CELL, "load_level": level, **figures, "sessions": 40, "stable_off": True,
+             "stable_on": True, "verdict": verdict, "pays_at": 1.1}
+        )  # fmt: skip
+    return pl.DataFrame(rows)
 
 
-def _end(level: float, parameter: str, end: str, ratio: float, **extra: object) -> dict[str, object]:
+def _end(
+    level: float, parameter: str, end: str, ratio: float, **extra: object
+) -> dict[str, object]:
     """An end's raw row (plan_ends'): replicate 0 gains 2.0, the end ``2.0 * ratio``."""
     row = {
         "config": 0, "placement": "alternate", "context_tokens": 2048, "load_level": level,
@@ -128,11 +130,16 @@ def _end(level: float, parameter: str, end: str, ratio: float, **extra: object) 
 
 
 def _zero(*levels: float, stable_off: bool = True) -> pl.DataFrame:
+    base = {"gain_one_base": 2.0, "stable_off_base": stable_off, "stable_on_base": True}
     return pl.DataFrame(
         [
-            {"placement": "alternate", "context_tokens": 2048, "load_level": level,
-             "gain_one_base": 2.0, "stable_off_base": stable_off, "stable_on_base": True,
-             "config": 0}  # fmt: skip
+            {
+                "placement": "alternate",
+                "context_tokens": 2048,
+                "load_level": level,
+                **base,
+                "config": 0,
+            }
             for level in levels
         ]
     )
