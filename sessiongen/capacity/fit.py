@@ -58,6 +58,12 @@ size, arm) cell's mean, divided by the modeled prefill's share of the TTFT, its 
 percentile bootstrap of those deviations (requests). The fitted costs are the
 mean behaviour; the noise is how far one request strays from it, which decides, with
 sessions in flight together, who queues behind whose long prefill.
+
+The profile file (:func:`profile_toml`) carries, beside ``[target.sim]``, what it stands
+on: ``[fit]`` (provenance), ``[fit.interval]`` (each identified key's interval),
+``[[fit.draw]]`` (joint draws of every fitted parameter, :meth:`Fit.draws`, for the
+planner's replicates) and, with held-out runs (``--heldout``, :mod:`.modelerror`),
+``[fit.model_error]``: the model's own error per regime.
 """
 
 from __future__ import annotations
