@@ -42,6 +42,7 @@ from typing import Any
 import polars as pl
 
 from sessiongen.analysis.latency import session_speedup, speedup_table
+from sessiongen.analysis.load import in_flight_table
 from sessiongen.analysis.stats import clustered_share
 from sessiongen.capacity.decision import (
     DEFAULT_PAYS_AT,
@@ -194,6 +195,8 @@ def run_grid(
         turns.append(turn_table(run).with_columns(*_lits(tag)))
         row = whatif_rows(run).join(replicate_spread(kept), on=ARM, how="left", nulls_equal=True)
         row = row.join(arm_stability(kept), on=ARM, how="left", nulls_equal=True)
+        busy = in_flight_table(pooled(kept, blocks_apart=True), wide=True)
+        row = row.join(busy, on=ARM, how="left", nulls_equal=True)
         drawn = seeds - 1 if draws else 0
         closed = config.scenario.load.arrival == "closed" and not run.trace
         row = with_uncertainty(row, proof.model_error, drawn=drawn > 0, closed=closed)
