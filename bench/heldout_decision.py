@@ -179,6 +179,7 @@ def planned(
 
 
 def main() -> None:
+    global DECISION
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pays-at", type=float, default=1.1)
     parser.add_argument("--seeds", type=int, default=10, help="plan replicates (seeds x draws)")
@@ -205,7 +206,6 @@ def main() -> None:
         help="with --tables-only: plan again with --out's fit, its noise set to 0",
     )
     args = parser.parse_args()
-    global DECISION
     DECISION = args.scenario.resolve()
     sizes = [s for s in args.sizes.split(",") if s]
     out = args.out

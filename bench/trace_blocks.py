@@ -20,12 +20,15 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from sessiongen.analysis import stats, timeblocks
 
 
-def trace(rng: np.random.Generator, n: int, phi: float) -> tuple[np.ndarray, np.ndarray]:
+def trace(
+    rng: np.random.Generator, n: int, phi: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Paired OFF / ON request times (module doc)."""
     shocks = rng.normal(0.0, 1.0, n)
     queue = np.empty(n)
@@ -38,7 +41,7 @@ def trace(rng: np.random.Generator, n: int, phi: float) -> tuple[np.ndarray, np.
 
 
 def covered(
-    off: np.ndarray, on: np.ndarray, truth: float, length: int, seed: int
+    off: npt.NDArray[np.float64], on: npt.NDArray[np.float64], truth: float, length: int, seed: int
 ) -> tuple[bool, bool]:
     """Whether the request-unit and the block-unit intervals hold ``truth``."""
     one = stats.bootstrap_ratio(off, on, paired=True, n_resamples=1000, seed=seed, expand=True)

@@ -101,7 +101,8 @@ def evidence(scenario: Scenario) -> Evidence:
     if sigmas:
         source = str(errors.get("source") or "the profile's held-out runs")
     else:
-        sigmas = dict(default_model_error())
+        shipped = default_model_error()
+        sigmas = {r: float(shipped[r]) for r in REGIMES if r in shipped}
         source = (
             "the project's shipped default (its held-out validation on a CPU pair), not "
             "measured on your replicas: `sessiongen fit --heldout` measures it"

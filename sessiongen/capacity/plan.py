@@ -160,9 +160,10 @@ def run_grid(
     ``out/configs``; the what-if rows (replicates pooled) and per-turn rows in grid order."""
     grid = configs(path, overrides, varies)
     draws = profile_draws(grid[0].scenario)
+    profile = grid[0].scenario.target.sim.profile
     base = grid[0].scenario.seed
     grids = [grid] + [
-        configs(path, [*overrides, *replicate_sets(k, base, draws)], varies)
+        configs(path, [*overrides, *replicate_sets(k, base, draws, profile=profile)], varies)
         for k in range(1, seeds)
     ]
     for g in grids:  # before anything runs, and here rather than in a worker
