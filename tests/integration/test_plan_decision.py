@@ -70,7 +70,8 @@ def test_find_brackets_where_the_pool_starts_to_pay(
     regions = [f"{v} at replicas={xs[0]}" + (f"..{xs[-1]}" if len(xs) > 1 else "")
                for v, xs in runs]  # fmt: skip
     assert row["regions"] == " | ".join(regions)
-    assert ("; ".join(regions) if len(regions) > 1 else f"{verdicts[0]} over the whole range") in out
+    whole = f"{verdicts[0]} over the whole range"
+    assert ("; ".join(regions) if len(regions) > 1 else whole) in out
     assert row["interior_checked"]
     # the session gain itself (1.0 on one replica, more on two) crosses 1.1 between 1 and 2
     gains = whatif["session_gain"].to_list()
