@@ -47,6 +47,7 @@ from sessiongen.report.document import (
     to_markdown,
 )
 from sessiongen.report.plots import COLORS, OUTSIDE
+from sessiongen.report.tornado import sensitivity_section
 
 #: Line style and marker face per cache arm: the arm reads off the line and off its
 #: markers (a dashed line with hollow markers is pool off), at any legend size.
@@ -388,6 +389,9 @@ def write_whatif_report(
         Table(decision, max_rows=200),
         Paragraph(DECISION_METHOD),
         *extra,
+        *sensitivity_section(
+            out, report, whole_levels(whatif), [v.key for v in varies], note, trace=trace
+        ),
         Heading("What if"),
         Table(table, max_rows=200),
     ]
