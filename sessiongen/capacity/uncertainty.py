@@ -237,7 +237,7 @@ def evidence_lines(whatif: pl.DataFrame) -> list[str]:
             "share of the interval's variance, median over cells: sampling "
             f"{shares[0]:.0%}, parameters {shares[1]:.0%}, model {shares[2]:.0%}"
         )
-    notes = sorted(set(whatif["interval_note"].drop_nulls().to_list()))
+    notes = sorted({n for text in whatif["interval_note"].drop_nulls() for n in text.split("; ")})
     lines += [f"note: {n}" for n in notes]
     if replicates > 1 and max(distinct_n) < replicates:
         lines.append(

@@ -34,6 +34,7 @@ from sessiongen.capacity.grid import (
     level_name,
     trace_cells,
 )
+from sessiongen.capacity.uncertainty import evidence_lines
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
 from sessiongen.report.document import (
@@ -302,10 +303,14 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
 UNSTABLE_MARK = " (unstable)"
 
 DECISION_METHOD = (
-    "Gains are OFF / ON ratios of medians (whole-session time; TTFT of turns 2..), their "
-    "95% intervals a paired bootstrap over sessions (expanded percentile, Hesterberg 2015, "
-    "2,000 resamples), the unit a session of one replicate, every replicate's sessions "
-    "pooled; goodput's interval is Wilson's with the sessions' design effect, and an arm "
+    "Gains are OFF / ON ratios of medians (whole-session time; TTFT of turns 2..). Their "
+    "95% intervals combine, in variance on the log scale, the sampling of the distinct "
+    "replicates' units pooled (a paired bootstrap, expanded percentile, Hesterberg 2015, "
+    "2,000 resamples; the unit a session, or for a trace a block of consecutive requests), "
+    "the profile's parameter draws (a predictive interval over replicates) and the model's "
+    "own error per regime, and hold every replicate's own gain; below 5 units the verdict "
+    "is 'not enough data'. Goodput's interval is Clopper-Pearson on the sessions' "
+    "effective sample size, and an arm "
     "meets the objective when that interval lies wholly at or above its attainment, misses "
     "it when wholly below or unstable. The verdict "
     "reads the session gain's interval: pays when it lies wholly at or above the "
@@ -386,6 +391,10 @@ def write_whatif_report(
             + (f", varying {', '.join(v.key for v in varies)}." if varies else ".")
         ),
         Heading(f"Decision: does the pool pay ({gain} >= {pays_at:g})?"),
+        *(
+            Paragraph(line, warning=not bool(whatif["profile_fitted"][0]) and i == 0)
+            for i, line in enumerate(evidence_lines(whatif))
+        ),
         Table(decision, max_rows=200),
         Paragraph(DECISION_METHOD),
         *extra,
