@@ -201,12 +201,19 @@ def _finite(*values: float) -> bool:
     return all(math.isfinite(v) for v in values)
 
 
-def ends(sim: SimProfile, *, span: float = UNFITTED_SPAN, skip: Sequence[str] = ()) -> list[End]:
-    """Both ends of every parameter of ``sim`` that is not zero and not in ``skip``: the
-    profile's fitted interval where usable, else ``value * (1 -/+ span)`` (module doc)."""
+def ends(
+    sim: SimProfile,
+    *,
+    span: float = UNFITTED_SPAN,
+    skip: Sequence[str] = (),
+    parameters: Sequence[str] = PARAMETERS,
+) -> list[End]:
+    """Both ends of each of ``parameters`` (in :data:`PARAMETERS`' order) that is not zero
+    in ``sim`` and not in ``skip``: the profile's fitted interval where usable, else
+    ``value * (1 -/+ span)`` (module doc)."""
     intervals = profile_intervals(sim)
     out = []
-    for name in PARAMETERS:
+    for name in (p for p in PARAMETERS if p in parameters):
         base: Value = getattr(sim, name)
         if name in skip or _total(base) == 0:
             continue
@@ -260,17 +267,19 @@ def plan_ends(
     tokens: Tokens = "auto",
     sweep: SweepOptions | None = None,
     span: float = UNFITTED_SPAN,
+    parameters: Sequence[str] = PARAMETERS,
     on_done: Callable[[Config, Path], None] | None = None,
 ) -> pl.DataFrame:
-    """Plan every end of every configuration of ``grid`` (module doc); per cell and end,
-    the end (parameter, values) and :func:`reduce_run`'s figures of its run."""
+    """Plan every end of every configuration of ``grid`` (module doc; ``parameters``
+    narrows the box's dimensions); per cell and end, the end (parameter, values) and
+    :func:`reduce_run`'s figures of its run."""
     sweep = sweep or SweepOptions()
     varied = [v.key.removeprefix("target.sim.") for v in varies]
     pairs: list[tuple[Config, End]] = []
     tasks = []
     for config in grid:
         sets = [*overrides, *(f"{k}={v}" for k, v in config.values.items())]
-        for end in ends(config.scenario.target.sim, span=span, skip=varied):
+        for end in ends(config.scenario.target.sim, span=span, skip=varied, parameters=parameters):
             scenario = load_scenario(path, [*sets, end.setting])
             pairs.append((config, end))
             tasks.append(ConfigTask(scenario, end_folder(config, end), tokens, False))
@@ -433,6 +442,7 @@ def sensitivity(
     tokens: Tokens = "auto",
     sweep: SweepOptions | None = None,
     span: float = UNFITTED_SPAN,
+    parameters: Sequence[str] = PARAMETERS,
     on_done: Callable[[Config, Path], None] | None = None,
 ) -> pl.DataFrame:
     """Plan the ends of every configuration (:func:`plan_ends`), read them
@@ -440,7 +450,7 @@ def sensitivity(
     verdicts) with ``robustness`` and ``sensitive_to`` (:func:`with_robustness`)."""
     raw = plan_ends(
         path, overrides, varies, grid, out, rows=rows, tokens=tokens, sweep=sweep, span=span,
-        on_done=on_done,
+        parameters=parameters, on_done=on_done,
     )  # fmt: skip
     if raw.is_empty():
         frame = pl.DataFrame(schema={k: pl.String for k in SENSITIVITY_COLUMNS})
