@@ -89,13 +89,29 @@ def _pct(low: float, high: float) -> str:
 
 
 def fewest_sessions(run: Run) -> int | None:
-    """The fewest sessions behind any (placement, cache, context, turn) cell with rows."""
+    """The fewest sessions behind any (placement, cache, context, turn) cell with rows.
+
+    In a trace or dataset whose sessions differ in length, the last turns' cells rest on
+    the few long sessions: this is the count behind a per-turn interval, never the run's
+    session count (that is :func:`arm_sessions`)."""
     cells = (
         run.ok.filter(pl.col("session_index").is_not_null())
         .group_by("placement", "cache", "context_tokens", "turn")
         .agg(n=pl.col("session_index").n_unique())
     )
     return None if cells.is_empty() else int(cells["n"].to_numpy().min())
+
+
+def arm_sessions(run: Run) -> int | None:
+    """The fewest sessions any arm replayed: distinct sessions per (placement, cache,
+    context), whatever their lengths. The sessions are the bootstrap's units, so this is
+    the count the run's intervals rest on; a session of one turn counts as one."""
+    arms = (
+        run.ok.filter(pl.col("session_index").is_not_null())
+        .group_by("placement", "cache", "context_tokens")
+        .agg(n=pl.col("session_index").n_unique())
+    )
+    return None if arms.is_empty() else int(arms["n"].to_numpy().min())
 
 
 def _coverage_text(n: int) -> str:
@@ -109,14 +125,19 @@ def _coverage_text(n: int) -> str:
     )
 
 
-def session_warning(n: int | None) -> str | None:
-    """The warning for a run whose cells rest on ``n`` sessions, or None."""
+def session_warning(n: int | None, *, source: str = "synthetic") -> str | None:
+    """The warning for a run whose arms replayed ``n`` sessions (:func:`arm_sessions`),
+    or None. The remedy is one the ``source`` of sessions accepts: ``sessions.count`` sets
+    only synthetic sessions; a trace or a dataset sets its own."""
     if n is None or n >= MIN_SESSIONS:
         return None
+    remedy = {
+        "trace": f"Replay a trace with at least {MIN_SESSIONS} sessions",
+        "sharegpt": f"Use a dataset selection with at least {MIN_SESSIONS} conversations",
+    }.get(source, f"Use sessions.count >= {MIN_SESSIONS}")
     return (
-        f"Only {n} sessions per arm: the intervals need at least {MIN_SESSIONS} to cover as "
-        f"stated{_coverage_text(n)}. Use sessions.count >= {MIN_SESSIONS} for numbers "
-        "to act on."
+        f"Only {_sessions(n)} per arm: the intervals need at least {MIN_SESSIONS} to cover "
+        f"as stated{_coverage_text(n)}. {remedy} for numbers to act on."
     )
 
 
@@ -181,5 +202,9 @@ def p90_coverage_note(sessions: int) -> str | None:
 
 def interval_warnings(run: Run) -> list[str]:
     """What the console and the report must say before any interval of this run."""
-    found = [session_warning(fewest_sessions(run)), drift_verdict(drift_units(run))]
+    source = str(run.meta.sessions.get("source", "synthetic"))
+    found = [
+        session_warning(arm_sessions(run), source=source),
+        drift_verdict(drift_units(run)),
+    ]
     return [w for w in found if w is not None]
