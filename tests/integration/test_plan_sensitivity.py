@@ -1,0 +1,75 @@
+"""``sessiongen plan`` reads every verdict over the profile's box (issue 31 item 3) end to
+end on the smoke scenario: the ends' runs and table, the what-if columns, the console
+lines, the report's section and tornado chart; ``--no-sensitivity`` plans none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sessiongen.capacity.sensitivity import SENSITIVITY_COLUMNS
+from sessiongen.cli import main
+from tests.support.paths import ROOT
+
+SMOKE = ROOT / "scenarios" / "smoke.toml"
+SETS = ("--set", "driver.concurrency=1", "--set", 'design.blocks=["off", "on"]',
+        "--set", "sessions.count=6")  # fmt: skip
+#: The study profile's parameters that are not zero: 8, two ends each.
+MOVED = 8
+
+
+def test_plan_reads_each_verdict_at_both_ends_of_every_parameter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "1",
+          "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS])  # fmt: skip
+    out = capsys.readouterr().out
+    (folder,) = tmp_path.glob("plan-*")
+    ends = pl.read_parquet(folder / "sensitivity.parquet")
+    assert ends.height == 2 * 2 * MOVED  # two configurations
+    assert ends.columns[-len(SENSITIVITY_COLUMNS) :] == list(SENSITIVITY_COLUMNS)
+    assert len(list((folder / "sensitivity").iterdir())) == 2 * 2 * MOVED
+    assert "01-replicas=2.prefill_s_per_ktok-low" in {
+        p.name for p in (folder / "sensitivity").iterdir()
+    }
+    assert set(ends["source"]) == {"+-10%"}
+    assert ends.filter(pl.col("parameter") == "prefill_s_per_ktok")["change"].to_list() == [
+        pytest.approx(-0.1), pytest.approx(0.1)] * 2  # fmt: skip
+    whatif = pl.read_parquet(folder / "whatif.parquet").sort("config")
+    for row in whatif.iter_rows(named=True):
+        mine = ends.filter(pl.col("config") == row["config"])
+        flipping = list(dict.fromkeys(mine.filter("flips")["parameter"]))
+        assert (mine["verdict"] != row["verdict"]).to_list() == mine["flips"].to_list()
+        if flipping:
+            assert row["sensitive_to"] == ", ".join(flipping)
+            assert f"{row['verdict']} unless {flipping[0]} is 10% " in row["robustness"]
+        else:
+            assert row["sensitive_to"] is None
+            assert (
+                row["robustness"]
+                == f"robust: {row['verdict']} at both ends of 8 parameters (+-10%)"
+            )
+        # one replica: the pool serves nothing, and no parameter changes that
+        if row["target.sim.replicas"] == "1":
+            assert mine["gain_ratio"].to_list() == pytest.approx([1.0] * 2 * MOVED)
+    prefill = ends.filter((pl.col("config") == 1) & (pl.col("parameter") == "prefill_s_per_ktok"))
+    assert (prefill["gain_ratio"] - 1).abs().min() > 0  # two replicas: prefill moves the gain
+    assert out.index("Sensitivity (PLANNED)") < out.index("What if")
+    assert "replicas=2; alternate, context 2048, level 1: " in out
+    report = (folder / "report" / "report.md").read_text()
+    assert report.index("## Decision") < report.index("## Sensitivity") < report.index("## What if")
+    assert (folder / "report" / "tornado.png").is_file() and "tornado.png" in report
+
+
+def test_no_sensitivity_plans_no_ends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", str(SMOKE), "--seeds", "1", "--no-sensitivity", "--jobs", "1",
+          "--no-progress", "--runs-dir", str(tmp_path), *SETS])  # fmt: skip
+    out = capsys.readouterr().out
+    (folder,) = tmp_path.glob("plan-*")
+    assert not (folder / "sensitivity.parquet").exists()
+    assert not (folder / "sensitivity").exists()
+    assert "robustness" not in pl.read_parquet(folder / "whatif.parquet").columns
+    assert "Sensitivity" not in out
+    assert "## Sensitivity" not in (folder / "report" / "report.md").read_text()
