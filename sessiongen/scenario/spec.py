@@ -31,6 +31,7 @@ from sessiongen.scenario.routerspec import (
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.sharegptspec import ShareGPTSpec, check_sharegpt_source
 from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.scenario.sourcekeys import check_applies
 from sessiongen.scenario.tracespec import TraceSpec, check_source
 
 PLACEMENT_RE = re.compile(r"^(alternate|fixed|random|move-at:([1-9][0-9]*))$")
@@ -132,6 +133,7 @@ class SessionsSpec:
     def __post_init__(self) -> None:
         check_source(self.source, self.trace)
         check_sharegpt_source(self.source, self.sharegpt)
+        check_applies(self)
 
     @property
     def max_tokens(self) -> int:
