@@ -46,6 +46,7 @@ from sessiongen.records.format import (
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
+from sessiongen.replay.armcheck import arm_contradiction
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets import Target, make_target
 from sessiongen.workload.sessions import SessionBuilder
@@ -232,6 +233,7 @@ class _Replay:
             self.result.failures["block_start_failed"] += 1
             self.recorder.save_manifest()
             return
+        await self.check_arm(plan, entry, urls)
         ctx = runner.BlockContext(
             scenario=self.scenario,
             client=client,
@@ -277,6 +279,20 @@ class _Replay:
             entry["ended_at"] = io.now_iso()
             merge_facts(entry, await self.target.close_block(next_cache=next_cache))
             await self.recorder.flush()
+
+    async def check_arm(self, plan: BlockPlan, entry: BlockEntry, urls: list[str]) -> None:
+        """Stop the run before the block is sent when its replicas say the other arm
+        (:mod:`.armcheck`): the block is recorded as failed with the evidence, closed,
+        and a one-line :class:`EndpointError` ends the replay (exit status 2)."""
+        evidence = arm_contradiction(
+            plan.block, plan.placement, plan.cache, urls, self.target.connectors()
+        )
+        if evidence is None or self.scenario.target.allow_arm_mismatch:
+            return
+        entry["status"], entry["error"], entry["ended_at"] = "failed", evidence, io.now_iso()
+        merge_facts(entry, await self.target.close_block())
+        self.recorder.save_manifest()
+        raise EndpointError(evidence)
 
     def _level_text(self, plan: BlockPlan) -> str:
         if len(load_levels(self.scenario)) == 1:

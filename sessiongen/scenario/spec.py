@@ -378,6 +378,11 @@ class TargetSpec:
         doc="replay exits 1 when an arm's counters contradict its label (an ON block whose "
         "cross-replica requests show no external hits, an OFF block that shows any)",
     )
+    allow_arm_mismatch: bool = spec(
+        False,
+        doc="replay sends a block whose replicas say at start they are in the other arm "
+        "(a KV connector in an OFF block, none in an ON block) instead of stopping",
+    )
     sim: SimProfile = field(default_factory=SimProfile)
     managed: ManagedSpec = field(default_factory=ManagedSpec)
     router: RouterSpec = field(default_factory=RouterSpec)

@@ -181,6 +181,10 @@ class SwitchedTarget:
                     )
                 await asyncio.sleep(POLL_S)
 
+    def connectors(self) -> list[dict[str, Any]]:
+        engines = self.switches[-1].get("engine") or [] if self.switches else []
+        return [dict(e.get("kv_connector") or {}) for e in engines]
+
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{len(self.switches) - 1}.log")
         return await self.routers.open(placement, self.urls, log)

@@ -306,7 +306,10 @@ def test_an_on_arm_without_a_shared_cache_is_reported_with_its_evidence(
     tmp_path: Path, pairs: tuple[SimHandle, SimHandle]
 ) -> None:
     off, _on = pairs  # the issue: --cache on against sim serve --shared-cache off
-    result = replay(tmp_path, "--endpoints", joined(off.urls), "--cache", "on", sets=ONE_ARM)
+    # Sent anyway (else the replay stops at the first block: test_arm_mismatch.py), so
+    # that the counters judge it.
+    args = ["--endpoints", joined(off.urls), "--cache", "on", "--allow-arm-mismatch"]
+    result = replay(tmp_path, *args, sets=ONE_ARM)
     assert result.exit_code == 0, result.output  # not strict: warned and reported
     warnings = [w for w in result.output.splitlines() if w.startswith("warning: mislabeled arm:")]
     assert len(warnings) == 2
@@ -331,6 +334,7 @@ def test_strict_arms_exit_1_on_a_mislabeled_arm(
     _off, on = pairs  # --cache off against replicas that share a cache
     sets = ('design.blocks=["off"]', 'design.cache=["off"]', "sessions.count=2")
     args = ["--no-report", "--endpoints", joined(on.urls), "--cache", "off", "--strict-arms"]
+    args.append("--allow-arm-mismatch")  # sent, so that the counters judge it
     result = replay(tmp_path, *args, sets=sets)
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("sessiongen: error")]
