@@ -256,7 +256,7 @@ class _Replay:
             await self.warmup(ctx, salt)
             self._progress = BlockProgress(
                 sum(s.turns for s in sessions),
-                f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
+                f"[block {plan.block}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
                 unit=RunMeta.from_manifest(self.manifest).seconds,
@@ -439,7 +439,9 @@ class _Replay:
 
 def dry_run(scenario: Scenario, opts: ReplayOptions) -> list[str]:
     """The replay's plan, one line per block with what the target does to open it, and
-    how salts are given; nothing is started, sent or written."""
+    how salts are given; nothing is started, sent or written. Blocks are numbered from 0,
+    as the manifest, the progress lines and the logs (``switch-0.log``, ``sim-0.log``)
+    number them."""
     target = make_target(scenario, opts.endpoints, opts.cache)
     plan = plan_blocks(scenario, target.runnable_blocks(scenario.design.blocks))
     salts = (
@@ -453,7 +455,8 @@ def dry_run(scenario: Scenario, opts: ReplayOptions) -> list[str]:
     for b in plan:
         level = f" {what}={b.level:g}" if levels else ""
         lines.append(
-            f"[{b.block + 1}] {b.placement}{level} cache={b.cache}: {target.block_action(b.cache)}"
+            f"[block {b.block}] {b.placement}{level} cache={b.cache}: "
+            f"{target.block_action(b.cache)}"
         )
     return lines
 

@@ -170,7 +170,8 @@ class SwitchedTarget:
                     ]
                     if not wrong:
                         return engines
-                    why = f"still report the other arm than cache {cache}: {', '.join(wrong)}"
+                    other = "off" if cache == "on" else "on"
+                    why = f"still reporting cache {other}, not {cache}: {', '.join(wrong)}"
                 else:
                     down = [u for u, ok in zip(self.urls, healthy, strict=True) if not ok]
                     why = f"not healthy: {', '.join(down)}"

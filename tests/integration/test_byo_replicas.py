@@ -216,10 +216,10 @@ def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
         "target switched: 4 blocks, a fresh salt per block (the replicas cannot be restarted cold)"
     )
     assert [line.split(":", 1)[0] for line in lines[1:]] == [
-        "[1] alternate cache=off",
-        "[2] alternate cache=on",
-        "[3] alternate cache=on",
-        "[4] alternate cache=off",
+        "[block 0] alternate cache=off",  # as the logs: switch-0.log
+        "[block 1] alternate cache=on",
+        "[block 2] alternate cache=on",
+        "[block 3] alternate cache=off",
     ]
     assert f"run `touch {mark}-off`, then wait until http://127.0.0.1:9" in lines[1]
     assert f"run `touch {mark}-on`" in lines[2] and "none reports cache off" in lines[2]
@@ -266,8 +266,8 @@ def test_replicas_that_stay_in_the_other_arm_fail_the_block(
     off_block, on_block = manifest["blocks"]
     assert off_block["status"] == "failed"
     assert (
-        "within 1.5 s (target.switch_timeout_s) the replicas were still report"
-        in (off_block["error"])
+        "within 1.5 s (target.switch_timeout_s) the replicas were still reporting cache on, "
+        "not off: " in off_block["error"]
     )
     assert on_block["status"] == "ok" and on_block["switch"]["reported_arm"] == "on"
 
