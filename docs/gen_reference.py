@@ -20,7 +20,9 @@ Run as a script (``python docs/gen_reference.py``) it writes them and prints the
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
+import sys
 import textwrap
 import typing
 from collections.abc import Iterator
@@ -319,6 +321,39 @@ def generate(folder: Path = REFERENCE) -> list[Path]:
 def on_pre_build(config: Any) -> None:
     """mkdocs hook: the pages exist and are current before mkdocs reads ``docs/``."""
     generate()
+
+
+def _figures() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_figures", HERE / "figures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH_TABLE = "<!-- bench scripts -->"
+
+
+def bench_table() -> str:
+    """Every script in ``bench/``: its command and what it measures (its docstring's first
+    paragraph), so the Benchmarks page lists each one that exists and no other."""
+    import ast
+
+    rows = ["| command | what it measures |", "| --- | --- |"]
+    for path in sorted((HERE.parent / "bench").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        what = doc.split("\n\n")[0].removeprefix("Benchmark: ")
+        rows.append(f"| `python bench/{path.name}` | {_cell(what)} |")
+    return "\n".join(rows)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """mkdocs hook: ``{{ NAME:KEY:FORMAT }}`` becomes the figure in ``docs/data/NAME.json``
+    (``docs/figures.py``; an unknown one fails the build), and the Benchmarks page gets its
+    table of bench scripts."""
+    markdown = markdown.replace(BENCH_TABLE, bench_table())
+    return str(_figures().fill(markdown))
 
 
 if __name__ == "__main__":
