@@ -13,7 +13,7 @@ from sessiongen.capacity import heldout, plan, reduction
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import decision
-from sessiongen.report.document import Heading, Paragraph, Table
+from sessiongen.report.document import Element, Heading, Paragraph, Table
 from sessiongen.report.write import _point_to_problems
 from tests.support.paths import ROOT
 
@@ -56,7 +56,8 @@ def test_the_table_reads_the_verdict_off_the_interval_at_pays_at(planned: Run) -
             )
             assert row["verdict"] == expected
             assert row["session gain [95% CI]"].endswith(f"[{low:.2f}, {high:.2f}]")
-    assert decision.decide(planned, 0.5).rows["verdict"].to_list() == ["pays", "pays"]
+    low = decision.decide(planned, 0.5)
+    assert low is not None and low.rows["verdict"].to_list() == ["pays", "pays"]
 
 
 def test_too_few_sessions_is_not_enough_data(tmp_path: Path) -> None:
@@ -95,7 +96,7 @@ def test_a_turn_far_from_the_median_over_turns_is_named() -> None:
 
 
 def test_the_decision_points_to_the_problems_below_it() -> None:
-    blocks = [
+    blocks: list[Element] = [
         Heading("report", 1),
         Heading("Decision: does the pool pay (session gain >= 1.1)?"),
         Table(pl.DataFrame({"verdict": ["pays"]})),
@@ -108,6 +109,12 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
     note = blocks[3]
     assert isinstance(note, Paragraph) and note.warning
     assert "2 problems" in note.text and "limit" not in note.text.split("(")[0]
-    clean = [blocks[0], blocks[1], blocks[2], Heading("Problems"), Paragraph("None found.")]
+    clean: list[Element] = [
+        blocks[0],
+        blocks[1],
+        blocks[2],
+        Heading("Problems"),
+        Paragraph("None found."),
+    ]
     _point_to_problems(clean)
     assert len(clean) == 5
