@@ -14,7 +14,6 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections.abc import Callable
@@ -42,24 +41,6 @@ def set_option(func: F) -> F:
         metavar="KEY=VALUE",
         help="Override a scenario field, e.g. --set sessions.count=8 (repeatable).",
     )(func)
-
-
-def allow_arm_mismatch_option(func: F) -> F:
-    """``--allow-arm-mismatch``: ``target.allow_arm_mismatch = true``, added to the
-    command's ``--set`` overrides (so the run's scenario records it)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, allow_arm_mismatch: bool, **kwargs: Any) -> Any:
-        if allow_arm_mismatch:
-            kwargs["overrides"] = (*kwargs["overrides"], "target.allow_arm_mismatch=true")
-        return func(*args, **kwargs)
-
-    return click.option(
-        "--allow-arm-mismatch",
-        is_flag=True,
-        help="Send a block even when its replicas say at start they are in the other cache "
-        "arm (by default the replay stops before that block, exit status 2).",
-    )(cast(F, wrapper))
 
 
 def load_scenario(path: str, overrides: tuple[str, ...]) -> scenario_mod.Scenario:
@@ -296,15 +277,6 @@ def trace_info(trace_file: str, block_tokens: int, limit: int | None, speedup: f
     is_flag=True,
     help="Measure the client's own overhead at this load first; kept in the manifest.",
 )
-@click.option(
-    "--pays-at",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.1,
-    show_default=True,
-    help="The session gain (OFF / ON) the pool must reach, as for plan: its 95% interval "
-    "wholly at or above it pays, wholly below does not pay, straddling it is undecided.",
-)
-@allow_arm_mismatch_option
 @set_option
 def replay(
     scenario_file: str,
@@ -323,7 +295,6 @@ def replay(
     progress: bool,
     workers: int,
     calibrate_first: bool,
-    pays_at: float,
     overrides: tuple[str, ...],
 ) -> None:
     """Replay SCENARIO_FILE under each placement with the shared cache off and on.
@@ -331,11 +302,9 @@ def replay(
     Without --endpoints the embedded simulated replica pair is used (a calibrated
     model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
-    The console and the report open with the decision sessiongen plan gives: per
-    placement the session gain with its interval, the later-turn gain, and whether the
-    pool pays at --pays-at. Exit status 1 when any request failed or the cache changed
-    answers (an ON answer wrong where the OFF arm answered the same prompt right), 130
-    when interrupted (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
+    Exit status 1 when any request failed or the cache changed answers (an ON answer
+    wrong where the OFF arm answered the same prompt right), 130 when interrupted
+    (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
 
     With --gateway, turns go to your router and the replica that served each is found
     from the response (--replica-header, or vLLM's system_fingerprint) or, at
@@ -367,7 +336,7 @@ def replay(
     click.echo(f"run: {outcome.run_dir}")
     wrong = mislabeled = None
     if outcome.requests and not outcome.interrupted:
-        _summarize(outcome.run_dir, report, pays_at=pays_at)
+        _summarize(outcome.run_dir, report)
         wrong = _correctness(outcome.run_dir)
         mislabeled = _arm_check(outcome.run_dir)
     if outcome.interrupted:
@@ -469,17 +438,13 @@ def _router_overrides(
     return tuple(out)
 
 
-def _summarize(run_dir: Path, report: bool, *, pays_at: float) -> None:
-    """Print the decision (as plan gives it, at ``pays_at``), then the per-turn table and
-    what limits it (too few sessions, drift unchecked), then write the report."""
+def _summarize(run_dir: Path, report: bool) -> None:
+    """Print the per-turn table and what limits it (too few sessions, drift unchecked),
+    then write the report."""
     from sessiongen import analysis
     from sessiongen import report as report_mod
-    from sessiongen.report.decision import console_text, decide
 
-    whole = analysis.load_run(run_dir)
-    run = whole.levels_apart()
-    decision = decide(whole, pays_at)
-    click.echo(console_text(decision, run.target_label))
+    run = analysis.load_run(run_dir).levels_apart()
     for line in analysis.trust_warnings(run):
         click.echo(line, err=True)
     click.echo(analysis.console_table(run))
@@ -489,8 +454,7 @@ def _summarize(run_dir: Path, report: bool, *, pays_at: float) -> None:
     for warning in analysis.interval_warnings(run):
         click.echo(f"warning: {warning}")
     if report:
-        path = report_mod.write_report(run_dir, pays_at=pays_at, decision=decision)
-        click.echo(f"report: {path}")
+        click.echo(f"report: {report_mod.write_report(run_dir)}")
 
 
 @cli.command()

@@ -31,7 +31,6 @@ from sessiongen.scenario.routerspec import (
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.sharegptspec import ShareGPTSpec, check_sharegpt_source
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.scenario.sourcekeys import check_applies
 from sessiongen.scenario.tracespec import TraceSpec, check_source
 
 PLACEMENT_RE = re.compile(r"^(alternate|fixed|random|move-at:([1-9][0-9]*))$")
@@ -133,7 +132,6 @@ class SessionsSpec:
     def __post_init__(self) -> None:
         check_source(self.source, self.trace)
         check_sharegpt_source(self.source, self.sharegpt)
-        check_applies(self)
 
     @property
     def max_tokens(self) -> int:
@@ -377,11 +375,6 @@ class TargetSpec:
         False,
         doc="replay exits 1 when an arm's counters contradict its label (an ON block whose "
         "cross-replica requests show no external hits, an OFF block that shows any)",
-    )
-    allow_arm_mismatch: bool = spec(
-        False,
-        doc="replay sends a block whose replicas say at start they are in the other arm "
-        "(a KV connector in an OFF block, none in an ON block) instead of stopping",
     )
     sim: SimProfile = field(default_factory=SimProfile)
     managed: ManagedSpec = field(default_factory=ManagedSpec)
