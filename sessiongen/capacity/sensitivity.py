@@ -224,7 +224,7 @@ def ends(
             low, high = _scaled(base, 1 - span), _scaled(base, 1 + span)
             fitted = False
         if name == "pool_bandwidth_gbps" and _total(low) <= 0:  # it must stay above zero
-            low, fitted = _scaled(base, 1 - span), False
+            low, high, fitted = _scaled(base, 1 - span), _scaled(base, 1 + span), False
         out += [End(name, "low", base, low, fitted), End(name, "high", base, high, fitted)]
     return out
 
@@ -468,9 +468,10 @@ def console_lines(whatif: pl.DataFrame) -> list[str]:
     lines = ["Sensitivity (PLANNED): each verdict at both ends of every profile parameter's box"]
     for r in whatif.iter_rows(named=True):
         where = [str(r["placement"])]
-        if r.get("context_tokens") is not None:
+        trace = r.get("unit") == "time block"  # a trace's context and level are unused
+        if not trace and r.get("context_tokens") is not None:
             where.append(f"context {r['context_tokens']}")
-        if r.get("load_level") is not None:
+        if not trace and r.get("load_level") is not None:
             where.append(f"level {r['load_level']:g}")
         lines.append(f"  {r['label']}; {', '.join(where)}: {r['robustness']}")
     return lines

@@ -13,6 +13,7 @@ from sessiongen import scenario
 from sessiongen.capacity.grid import Vary
 from sessiongen.capacity.sensitivity import (
     SENSITIVITY_COLUMNS,
+    console_lines,
     ends,
     judge,
     profile_intervals,
@@ -249,3 +250,17 @@ def test_varied_keys_lead_the_frame() -> None:
     frame = judge(whatif, pl.DataFrame([_end(1.0, "itl_base_s", "low", 1.0)]), _zero(1.0),
                   [Vary("target.sim.replicas", ("2",))])  # fmt: skip
     assert frame.columns[:3] == ["config", "label", "target.sim.replicas"]
+
+
+def test_the_console_names_each_cell_and_a_trace_without_its_unused_context_and_level() -> None:
+    whatif = _whatif((2.0, 1.4, 1.3, 1.5, "pays")).with_columns(
+        pl.lit("robust: pays at both ends of 8 parameters (+-10%)").alias("robustness")
+    )
+    assert console_lines(whatif)[1:] == [
+        "  as given; alternate, context 2048, level 2: robust: pays at both ends of 8 "
+        "parameters (+-10%)"
+    ]
+    trace = whatif.with_columns(pl.lit("time block").alias("unit"))
+    assert console_lines(trace)[1] == "  as given; alternate: robust: pays at both ends of 8 " \
+        "parameters (+-10%)"  # fmt: skip
+    assert console_lines(whatif.drop("robustness")) == []
