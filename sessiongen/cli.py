@@ -14,6 +14,7 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -41,6 +42,24 @@ def set_option(func: F) -> F:
         metavar="KEY=VALUE",
         help="Override a scenario field, e.g. --set sessions.count=8 (repeatable).",
     )(func)
+
+
+def allow_arm_mismatch_option(func: F) -> F:
+    """``--allow-arm-mismatch``: ``target.allow_arm_mismatch = true``, added to the
+    command's ``--set`` overrides (so the run's scenario records it)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, allow_arm_mismatch: bool, **kwargs: Any) -> Any:
+        if allow_arm_mismatch:
+            kwargs["overrides"] = (*kwargs["overrides"], "target.allow_arm_mismatch=true")
+        return func(*args, **kwargs)
+
+    return click.option(
+        "--allow-arm-mismatch",
+        is_flag=True,
+        help="Send a block even when its replicas say at start they are in the other cache "
+        "arm (by default the replay stops before that block, exit status 2).",
+    )(cast(F, wrapper))
 
 
 def load_scenario(path: str, overrides: tuple[str, ...]) -> scenario_mod.Scenario:
@@ -277,6 +296,7 @@ def trace_info(trace_file: str, block_tokens: int, limit: int | None, speedup: f
     is_flag=True,
     help="Measure the client's own overhead at this load first; kept in the manifest.",
 )
+@allow_arm_mismatch_option
 @set_option
 def replay(
     scenario_file: str,
