@@ -296,6 +296,14 @@ def trace_info(trace_file: str, block_tokens: int, limit: int | None, speedup: f
     is_flag=True,
     help="Measure the client's own overhead at this load first; kept in the manifest.",
 )
+@click.option(
+    "--pays-at",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.1,
+    show_default=True,
+    help="The session gain (OFF / ON) the pool must reach, as for plan: its 95% interval "
+    "wholly at or above it pays, wholly below does not pay, straddling it is undecided.",
+)
 @allow_arm_mismatch_option
 @set_option
 def replay(
@@ -315,6 +323,7 @@ def replay(
     progress: bool,
     workers: int,
     calibrate_first: bool,
+    pays_at: float,
     overrides: tuple[str, ...],
 ) -> None:
     """Replay SCENARIO_FILE under each placement with the shared cache off and on.
@@ -322,9 +331,11 @@ def replay(
     Without --endpoints the embedded simulated replica pair is used (a calibrated
     model of vLLM + LMCache; its results say SIMULATED). Writes runs/<run-id>/ with
     manifest.json, requests.parquet, metrics.parquet and, by default, a report.
-    Exit status 1 when any request failed or the cache changed answers (an ON answer
-    wrong where the OFF arm answered the same prompt right), 130 when interrupted
-    (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
+    The console and the report open with the decision sessiongen plan gives: per
+    placement the session gain with its interval, the later-turn gain, and whether the
+    pool pays at --pays-at. Exit status 1 when any request failed or the cache changed
+    answers (an ON answer wrong where the OFF arm answered the same prompt right), 130
+    when interrupted (143 on SIGTERM, 129 on SIGHUP); what was measured before is kept.
 
     With --gateway, turns go to your router and the replica that served each is found
     from the response (--replica-header, or vLLM's system_fingerprint) or, at
@@ -356,7 +367,7 @@ def replay(
     click.echo(f"run: {outcome.run_dir}")
     wrong = mislabeled = None
     if outcome.requests and not outcome.interrupted:
-        _summarize(outcome.run_dir, report)
+        _summarize(outcome.run_dir, report, pays_at=pays_at)
         wrong = _correctness(outcome.run_dir)
         mislabeled = _arm_check(outcome.run_dir)
     if outcome.interrupted:
@@ -458,13 +469,17 @@ def _router_overrides(
     return tuple(out)
 
 
-def _summarize(run_dir: Path, report: bool) -> None:
-    """Print the per-turn table and what limits it (too few sessions, drift unchecked),
-    then write the report."""
+def _summarize(run_dir: Path, report: bool, *, pays_at: float) -> None:
+    """Print the decision (as plan gives it, at ``pays_at``), then the per-turn table and
+    what limits it (too few sessions, drift unchecked), then write the report."""
     from sessiongen import analysis
     from sessiongen import report as report_mod
+    from sessiongen.report.decision import console_text, decide
 
-    run = analysis.load_run(run_dir).levels_apart()
+    whole = analysis.load_run(run_dir)
+    run = whole.levels_apart()
+    decision = decide(whole, pays_at)
+    click.echo(console_text(decision, run.target_label))
     for line in analysis.trust_warnings(run):
         click.echo(line, err=True)
     click.echo(analysis.console_table(run))
@@ -474,7 +489,8 @@ def _summarize(run_dir: Path, report: bool) -> None:
     for warning in analysis.interval_warnings(run):
         click.echo(f"warning: {warning}")
     if report:
-        click.echo(f"report: {report_mod.write_report(run_dir)}")
+        path = report_mod.write_report(run_dir, pays_at=pays_at, decision=decision)
+        click.echo(f"report: {path}")
 
 
 @cli.command()

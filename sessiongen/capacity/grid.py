@@ -54,7 +54,10 @@ WHATIF_COLUMNS = {
     "ttft_growth_on": "the same, pool on",
     "ttft_sum_gain": "the same ratio of the whole-session TTFT sum (prefill and queueing "
     "only, the part the pool shortens; no decode)",
-    "later_turn_gain": "median over turns 2.. of each turn's median TTFT, OFF / ON",
+    "later_turn_gain": "median per-turn gain (turns 2..): the median over turns 2.. of each "
+    "turn's own gain (its median TTFT OFF / ON); not the later-turn gain (later_gain), "
+    "which takes one median over every later turn's TTFT pooled; a turn whose own gain "
+    "stands far from this median is named in the replay report (turn 2: 4.2x)",
     "ttft_p50_off_s": "median TTFT over every turn, pool off, modeled s",
     "ttft_p50_on_s": "median TTFT over every turn, pool on, modeled s",
     "ttft_p90_on_s": "90th percentile TTFT over every turn, pool on, modeled s",

@@ -4,15 +4,23 @@
 analysis frames once, draws the figures, and writes:
 
 - ``report.md`` and a self-contained ``report.html`` (images embedded as base64). They
-  show **problems first** (correctness verdicts, counted against the OFF arm on the same
-  prompt: :mod:`sessiongen.report.correctness`; for the ``equivalence`` probe the
-  divergence rate, the largest first-token logprob difference and the worst case; then
-  contamination, request errors, block drift larger than a turn's effect, incomplete
-  blocks), after the **limits** of a run too small for its statistics
+  open with **the answer**: the pool decision per placement (and context, load level),
+  as ``sessiongen plan`` gives it (:mod:`sessiongen.report.decision`: the session gain
+  and the later-turn gain with their intervals on sessions, the median per-turn gain and
+  the turns far from it, the verdict at ``pays_at``), with a pointer to the problems
+  when there are any; then **problems** (correctness verdicts, counted against the OFF
+  arm on the same prompt: :mod:`sessiongen.report.correctness`; for the ``equivalence``
+  probe the divergence rate, the largest first-token logprob difference and the worst
+  case; then contamination, request errors, block drift larger than a turn's effect,
+  incomplete blocks), after the **limits** of a run too small for its statistics
   (:func:`sessiongen.analysis.interval_warnings`: too few sessions for the intervals,
   block drift not checked); then, for a trace run, what reuse the trace allows and how
   much of it each arm got (:mod:`sessiongen.report.reusesection`); the headline speedup
   curves, the details, the method and the run's identity;
+- ``decision.csv``: the decision's rows, one per placement (and context, load level),
+  with the what-if columns' names and meanings
+  (:data:`~sessiongen.capacity.grid.WHATIF_COLUMNS`: ``session_gain``, ``later_gain``,
+  ``later_turn_gain``, ``verdict``, ...), as ``whatif.parquet`` holds a plan's;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
   than one context size). The speedup columns are filled on the ``cache = on`` rows
@@ -42,11 +50,13 @@ from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
 from sessiongen.calibrate.verdict import DEFINITION, figure_lines
 from sessiongen.calibrate.verdict import verdict as calibration_verdict
+from sessiongen.capacity.decision import DEFAULT_PAYS_AT
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import plots
 from sessiongen.report.correctness import basis_note, correctness_passed, correctness_problems
+from sessiongen.report.decision import Decision, decide, section
 from sessiongen.report.document import (
     Bullets,
     Element,
@@ -600,16 +610,22 @@ def _details(f: Frames, figures: dict[str, Path]) -> list[Element]:
         ),
         Heading("Whole sessions (complete sessions, total end-to-end time)"),
         _show(
-            f.sessions,
+            f.sessions.rename(
+                {
+                    "speedup": "session_gain",
+                    "speedup_ci_low": "session_gain_low",
+                    "speedup_ci_high": "session_gain_high",
+                }
+            ),
             "placement",
             "context_tokens",
             "n_off",
             "n_on",
             "median_off_s",
             "median_on_s",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
+            "session_gain",
+            "session_gain_low",
+            "session_gain_high",
         ),
         Heading("Block drift (last block / first block of each arm, per turn)"),
         _drift_table(f.drift),
@@ -722,11 +738,18 @@ def _identity(run: Run) -> list[Element]:
 
 
 def build_blocks(
-    run: Run, frames: Frames, figures: dict[str, Path], boot: Bootstrap
+    run: Run,
+    frames: Frames,
+    figures: dict[str, Path],
+    boot: Bootstrap,
+    *,
+    decision: list[Element] | None = None,
 ) -> list[Element]:
-    """The report as document blocks, problems first."""
+    """The report as document blocks: the ``decision`` section first (none given: none
+    shown), then limits and problems, then the per-turn curve and the details."""
     return [
         *_header(run),
+        *(decision or []),
         *_limits(run, frames),
         *_problems(run, frames),
         *routing_section(run, boot),
@@ -744,11 +767,17 @@ def write_report(
     *,
     boot: Bootstrap = DEFAULT_BOOTSTRAP,
     logprob_tol: float = analysis.LOGPROB_TOL,
+    pays_at: float = DEFAULT_PAYS_AT,
+    decision: Decision | None = None,
 ) -> Path:
     """Write ``RUN_DIR/report/`` (see the module docstring); return the report.md path.
 
     ``logprob_tol`` is the equivalence probe's tolerance on first-token logprob
-    differences (:data:`sessiongen.analysis.checks.LOGPROB_TOL`).
+    differences (:data:`sessiongen.analysis.checks.LOGPROB_TOL`); ``pays_at`` the
+    session gain the decision's verdict reads its interval against (``--pays-at``).
+    ``decision``: the run's decision where the caller has it already
+    (:func:`sessiongen.report.decision.decide` on this run at ``pays_at``), else
+    computed here.
     """
     whole = load_run(run_dir)
     run = whole.levels_apart()  # per-arm sections never pool requests made at different loads
@@ -759,7 +788,11 @@ def write_report(
         run, out, speedups=frames.speedup, arm_table=frames.arm, attribution=frames.attribution
     )
     atomic_write_bytes(out / "summary.csv", summary_frame(frames.summary).write_csv().encode())
-    blocks = build_blocks(run, frames, figures, boot)
+    if decision is None:
+        decision = decide(whole, pays_at)  # its rows keep the levels as a key
+    if decision is not None:
+        atomic_write_bytes(out / DECISION_FILE, decision_frame(decision).write_csv().encode())
+    blocks = build_blocks(run, frames, figures, boot, decision=section(decision))
     if is_load_run(run):  # the load headline goes right after the problems
         at = next(
             i
@@ -774,12 +807,69 @@ def write_report(
             if isinstance(b, Heading) and b.text.startswith("Headline")
         )
         blocks[at:at] = reuse_section(run, out, plots.caption(run))
+    _point_to_problems(blocks)
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
     atomic_write_bytes(out / "report.html", html.encode())
     cautions = json.dumps(report_cautions(blocks), indent=2) + "\n"
     atomic_write_bytes(out / CAUTIONS_FILE, cautions.encode())
     return out / "report.md"
+
+
+#: The decision's rows as data: what-if column names (``WHATIF_COLUMNS``), one row per cell.
+DECISION_FILE = "decision.csv"
+DECISION_COLUMNS = (
+    "placement",
+    "context_tokens",
+    "load_level",
+    "session_gain",
+    "session_gain_low",
+    "session_gain_high",
+    "sessions",
+    "later_gain",
+    "later_gain_low",
+    "later_gain_high",
+    "later_turn_gain",
+    "stable_off",
+    "stable_on",
+    "pays_at",
+    "verdict",
+)
+
+
+def decision_frame(d: Decision) -> pl.DataFrame:
+    """``decision.csv``: the decision's rows under their what-if names."""
+    return d.rows.select(c for c in DECISION_COLUMNS if c in d.rows.columns)
+
+
+def _point_to_problems(blocks: list[Element]) -> None:
+    """Right after the decision's table, a warning that the Problems or Limits below
+    bear on it, when the report has any (the answer first, never without its caveats)."""
+    cautions = report_cautions(blocks)
+    parts = [
+        f"{len(found)} {name if len(found) > 1 else name[:-1]}"
+        for name, found in (("problems", cautions["problems"]), ("limits", cautions["limits"]))
+        if found
+    ]
+    start = next(
+        (
+            i
+            for i, b in enumerate(blocks)
+            if isinstance(b, Heading) and b.text.startswith("Decision")
+        ),
+        None,
+    )
+    if not parts or start is None:
+        return
+    end = next(
+        (i for i in range(start + 1, len(blocks)) if isinstance(blocks[i], Heading)), len(blocks)
+    )
+    at = next((i for i in range(start + 1, end) if isinstance(blocks[i], Table)), end - 1)
+    text = (
+        f"Read these verdicts with the {' and '.join(parts)} this report finds "
+        f"(under Problems and {LIMITS}, below)."
+    )
+    blocks.insert(at + 1, Paragraph(text, warning=True))
 
 
 #: The report's Problems and Limits as data (``report/cautions.json``), for the nightly

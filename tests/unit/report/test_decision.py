@@ -1,0 +1,120 @@
+"""The replay's decision: the planner's reduction, its table, and the turns it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from sessiongen import scenario
+from sessiongen.capacity import heldout, plan, reduction
+from sessiongen.capacity.virtual import virtual_replay
+from sessiongen.records.run import Run, load_run
+from sessiongen.report import decision
+from sessiongen.report.document import Element, Heading, Paragraph, Table
+from sessiongen.report.write import _point_to_problems
+from tests.support.paths import ROOT
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Both arms of two placements, five sessions each, on the virtual clock (1 s)."""
+    sc = scenario.load(
+        ROOT / "scenarios/smoke.toml",
+        ["sessions.count=5", 'placement.policies=["alternate","fixed"]'],
+    )
+    return load_run(virtual_replay(sc, tmp_path_factory.mktemp("plan")))
+
+
+def test_the_reduction_is_the_planners(planned: Run) -> None:
+    """The report's reduction gives the planner's frames exactly (plan.py keeps a twin
+    until it imports them: this keeps the two from drifting apart)."""
+    assert_frame_equal(reduction.whatif_rows(planned), plan.whatif_rows(planned))
+    assert_frame_equal(reduction.turn_table(planned), plan.turn_table(planned))
+    assert_frame_equal(
+        reduction.measured_decision(planned, 1.1), heldout.measured_decision(planned, 1.1)
+    )
+
+
+def test_the_table_reads_the_verdict_off_the_interval_at_pays_at(planned: Run) -> None:
+    for pays_at in (0.5, 1.1, 3.0):
+        d = decision.decide(planned, pays_at)
+        assert d is not None
+        frame = decision.table(d)
+        assert frame.columns[:3] == [
+            "placement",
+            "session gain [95% CI]",
+            "later-turn gain [95% CI]",
+        ]  # one level, one context: not shown
+        assert decision.PER_TURN in frame.columns and frame["sessions"].to_list() == [5, 5]
+        for row, r in zip(frame.iter_rows(named=True), d.rows.iter_rows(named=True), strict=True):
+            low, high = r["session_gain_low"], r["session_gain_high"]
+            expected = (
+                "pays" if low >= pays_at else "does not pay" if high < pays_at else "undecided"
+            )
+            assert row["verdict"] == expected
+            assert row["session gain [95% CI]"].endswith(f"[{low:.2f}, {high:.2f}]")
+    low = decision.decide(planned, 0.5)
+    assert low is not None and low.rows["verdict"].to_list() == ["pays", "pays"]
+
+
+def test_too_few_sessions_is_not_enough_data(tmp_path: Path) -> None:
+    sc = scenario.load(ROOT / "scenarios/smoke.toml", ["sessions.count=2"])
+    d = decision.decide(load_run(virtual_replay(sc, tmp_path)), 1.1)
+    assert d is not None
+    assert decision.table(d)["verdict"].to_list() == ["not enough data"]
+
+
+def test_one_arm_has_no_decision(planned: Run) -> None:
+    one = planned.filter(pl.col("cache") == "on")
+    assert decision.decide(one, 1.1) is None
+    assert "one cache arm" in decision.console_text(None, "sim")
+    blocks = decision.section(None)
+    assert isinstance(blocks[0], Heading) and not any(isinstance(b, Table) for b in blocks)
+
+
+def synthetic(later_turn_gain: float, gains: dict[int, float]) -> decision.Decision:
+    arm = {"placement": "alternate", "context_tokens": 32768, "load_level": 1.0}
+    rows = pl.DataFrame([{**arm, "later_turn_gain": later_turn_gain}])
+    turns = pl.DataFrame([{**arm, "turn": t, "pool_gain": g} for t, g in gains.items()])
+    return decision.Decision(rows, turns, 1.1, "session gain", trace=False)
+
+
+def test_a_turn_far_from_the_median_over_turns_is_named() -> None:
+    """pressure32k: a median per-turn gain of 1.00 hid turn 2's 4.2x."""
+    gains = {1: 1.0, 2: 4.2, 3: 1.0, 4: 1.01, 5: 0.99, 6: 1.0}
+    assert decision.apart(synthetic(1.0, gains)) == ["turn 2: 4.20x"]
+    # turn 1 (cold) is not a later turn; a turn within SHARP of the median is not named
+    assert decision.apart(synthetic(1.0, {1: 9.0, 2: 1.4, 3: 1.0})) == [""]
+    # the farthest first, at most MAX_NAMED, then how many more
+    many = {2: 8.0, 3: 0.2, 4: 3.0, 5: 2.0, 6: 1.0, 7: 1.0, 8: 1.0}
+    assert decision.apart(synthetic(1.0, many)) == [
+        "turn 2: 8.00x, turn 3: 0.20x, turn 4: 3.00x, 1 more"
+    ]
+
+
+def test_the_decision_points_to_the_problems_below_it() -> None:
+    blocks: list[Element] = [
+        Heading("report", 1),
+        Heading("Decision: does the pool pay (session gain >= 1.1)?"),
+        Table(pl.DataFrame({"verdict": ["pays"]})),
+        Paragraph("MEASURED: ..."),
+        Heading("Problems"),
+        Paragraph("Measurement error above 2% ...", warning=True),
+        Paragraph("Late arrivals ...", warning=True),
+    ]
+    _point_to_problems(blocks)
+    note = blocks[3]
+    assert isinstance(note, Paragraph) and note.warning
+    assert "2 problems" in note.text and "limit" not in note.text.split("(")[0]
+    clean: list[Element] = [
+        blocks[0],
+        blocks[1],
+        blocks[2],
+        Heading("Problems"),
+        Paragraph("None found."),
+    ]
+    _point_to_problems(clean)
+    assert len(clean) == 5
