@@ -1,4 +1,13 @@
-"""One row per cell with the headline metrics: what ``summary.csv`` and the trend store hold."""
+"""One row per cell with the headline metrics: what ``summary.csv`` and the trend store hold.
+
+A cell is a placement, cache arm, context and turn, so the one gain here is the turn's:
+``speedup`` = the turn's median TTFT OFF / ON (the report's per-turn curve). The
+whole-session ratio is never called a speedup: it is the **session gain**
+(:data:`~sessiongen.analysis.latency.SESSION_GAIN`), and with the later-turn gain and the
+verdict it is in the report's ``decision.csv``, one row per placement (and context, load
+level), under the names a plan's ``whatif.parquet`` uses. The columns keep their names:
+the trend store reads them.
+"""
 
 from __future__ import annotations
 

@@ -711,7 +711,11 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 f"when its arm's drift is significant and beyond {analysis.DRIFT_MIN:.0%}, and "
                 "the turn's drift (geometric mean over sessions) is larger than that turn's "
                 "ON/OFF speedup.",
-                "summary.csv: speedup columns are filled on cache=on rows only.",
+                "summary.csv: one row per placement, cache and turn; its speedup is the "
+                "turn's (median TTFT OFF / ON of that turn), filled on cache=on rows only. "
+                "decision.csv: the decision's rows under the names a plan's whatif.parquet "
+                "gives them (session_gain, later_gain, later_turn_gain = the median "
+                "per-turn gain, verdict, pays_at).",
             )
         ),
     ]
