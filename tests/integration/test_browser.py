@@ -4,9 +4,9 @@ websocket with aiohttp, so nothing is downloaded at test time.
 
 Each page (a plan's ``report.html``, a replay's ``report.html``, the notebook's HTML, the
 built docs site's index) is loaded at a fixed 1280x800 window and must show every image
-(no ``<img>`` left broken), log no console error or uncaught exception, and, for a plan
-report, show its decision on the first screen. A screenshot of each page is kept under
-``test-artifacts/browser/`` (git ignores it) for a person to look at.
+(no ``<img>`` left broken), log no console error or uncaught exception, and, for a plan's
+or a replay's report, show its decision on the first screen. A screenshot of each page is
+kept under ``test-artifacts/browser/`` (git ignores it) for a person to look at.
 
 Without chromium the test skips, saying so, except in CI (``CI`` set), where it fails.
 """
@@ -276,7 +276,8 @@ async def test_reports_notebook_and_docs_open_clean_in_chromium(tmp_path: Path) 
         assert page.errors == [], f"{name}: console errors {page.errors}"
         assert page.broken_images == [], f"{name}: images that did not load"
     assert seen["plan-report"].images >= 1 and seen["replay-report"].images >= 3
-    top = seen["plan-report"].decision_top
-    assert top is not None and 0 <= top < HEIGHT - 100, f"plan report: Decision at {top} px"
+    for name in ("plan-report", "replay-report"):
+        top = seen[name].decision_top
+        assert top is not None and 0 <= top < HEIGHT - 100, f"{name}: Decision at {top} px"
     for name in seen:
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 5000, name
