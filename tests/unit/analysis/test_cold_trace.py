@@ -7,6 +7,7 @@ with an earlier request; counting only those that share nothing left one session
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -59,3 +60,20 @@ def test_the_limit_counts_one_session_in_the_singular(tmp_path: Path) -> None:
     assert cold["n_units"].to_list() == [8]  # the shared document is the common prefix
     few = cold.with_columns(n_units=pl.lit(1), checked=pl.lit(False))
     assert "(as few as 1 session; 5 needed)" in (cold_check_limit(few) or "")
+
+
+def test_a_simulator_judges_cold_turns_on_its_own_ttft(tmp_path: Path) -> None:
+    """Client lag on a busy machine that slows one arm's cold turns is measurement error
+    when the simulator's own TTFTs agree; without them it is a difference of the arms."""
+    spec = SyntheticSpec(sessions=8, turns=2, placements=("fixed",), noise_sigma=0.02)
+    run = analysis.load_run(write_run(tmp_path, spec))
+    assert run.simulated
+    lagged = pl.when((pl.col("cache") == "on") & (pl.col("turn") == 1))
+    slow = lagged.then(pl.col("ttft_s") * 2.0).otherwise(pl.col("ttft_s"))
+    client_only = dataclasses.replace(run, requests=run.requests.with_columns(ttft_s=slow))
+    assert analysis.cold_turn_asymmetry(client_only)["flagged"].to_list() == [True]
+    both = run.requests.with_columns(server_ttft_s=pl.col("ttft_s"), ttft_s=slow)
+    modeled = dataclasses.replace(run, requests=both)
+    assert analysis.cold_turn_asymmetry(modeled)["flagged"].to_list() == [False]
+    assert not any("cold first turns" in w for w in analysis.trust_warnings(modeled))
+    assert any("measurement error" in w for w in analysis.trust_warnings(modeled))
