@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> 
         "machine": f"{host['cpu_count']} cores, {host['machine']}, {host['platform']}",
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round((ended - started).total_seconds()),
+        "uncommitted_changes": _uncommitted(),
         "figures": read_run(run_dir),
     }
     DATA.mkdir(exist_ok=True)
@@ -79,6 +81,19 @@ def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> 
         ASSETS.mkdir(exist_ok=True)
         shutil.copyfile(run_dir / "report" / "speedup.png", ASSETS / f"{name}-speedup.png")
     return out
+
+
+def _uncommitted() -> int:
+    """Files of the package and the scenarios that differ from the commit, when recorded
+    (the run's code was the commit's only when this is 0)."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--", "sessiongen", "scenarios"],
+        cwd=HERE.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(status.stdout.splitlines())
 
 
 def load(name: str) -> dict[str, Any]:
@@ -93,6 +108,11 @@ def source_line(data: dict[str, Any]) -> str:
         f"`{data['command']}`, run {data['run_id']} of {data['date']} at commit "
         f"{data['commit'][:10]}, {data['machine']}, {data['wall_s']} s wall, "
         f"load average {load1:g} when recorded"
+        + (
+            f", {data['uncommitted_changes']} files of the package not yet committed"
+            if data.get("uncommitted_changes")
+            else ""
+        )
     )
 
 

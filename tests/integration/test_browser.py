@@ -97,7 +97,8 @@ async def browser(tmp: Path) -> AsyncIterator[DevTools]:
     profile.mkdir()
     args = [
         _chromium(), "--headless=new", "--disable-gpu", "--no-first-run",
-        "--no-default-browser-check", "--disable-extensions", "--remote-debugging-port=0",
+        "--no-default-browser-check", "--disable-extensions", "--disable-dev-shm-usage",
+        "--remote-debugging-port=0",
         f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", "about:blank",
     ]  # fmt: skip
     if hasattr(os, "geteuid") and os.geteuid() == 0:
