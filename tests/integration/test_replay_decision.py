@@ -73,6 +73,9 @@ def check_verdicts(rows: list[dict[str, str]], pays_at: float) -> None:
         low, high = float(match["low"]), float(match["high"])
         assert low <= float(match["gain"]) <= high
         assert int(row["sessions"]) >= MIN_SESSIONS
+        if row["verdict"].startswith("unstable"):  # a queue grew: no interval decides
+            assert row["session gain [95% CI]"].endswith("(unstable)")
+            continue
         if min(abs(low - pays_at), abs(high - pays_at)) < 0.005:
             continue  # the rounding shown cannot tell which side of the threshold it is
         assert row["verdict"] == expected(low, high, pays_at), row
@@ -97,18 +100,29 @@ def test_the_report_opens_with_the_decision_for_each_placement(
     assert {"session_gain", "later_gain", "later_turn_gain", "pays_at"} <= set(table.columns)
 
 
-@pytest.mark.parametrize("pays_at", [0.5, 1.02, 9.0])
+@pytest.mark.parametrize("where", ["below", "inside", "above"])
 def test_the_verdict_reads_the_interval_at_pays_at(
-    replayed: tuple[Result, Path], pays_at: float, tmp_path: Path
+    replayed: tuple[Result, Path], where: str, tmp_path: Path
 ) -> None:
+    """A threshold below every interval, inside the first placement's, above every one
+    (from the replay's own intervals: a busy machine widens them)."""
+    measured = pl.read_csv(replayed[1] / "report" / "decision.csv")
+    low = measured["session_gain_low"].to_list()
+    high = measured["session_gain_high"].to_list()
+    pays_at = {
+        "below": round(min(low) * 0.9, 3),
+        "inside": round((low[0] + high[0]) / 2, 3),
+        "above": round(max(high) * 1.1, 3),
+    }[where]
     copy = shutil.copytree(replayed[1], tmp_path / "run", ignore=shutil.ignore_patterns("report"))
     heading, rows = opening_table(write_report(copy, pays_at=pays_at).read_text())
     assert heading.endswith(f"(session gain >= {pays_at:g})?")
     check_verdicts(rows, pays_at)
-    if pays_at == 0.5:
-        assert {r["verdict"] for r in rows} == {"pays"}
-    if pays_at == 9.0:
-        assert {r["verdict"] for r in rows} == {"does not pay"}
+    stable = [r["verdict"] for r in rows if not r["verdict"].startswith("unstable")]
+    if where == "below":
+        assert set(stable) <= {"pays"}
+    if where == "above":
+        assert set(stable) <= {"does not pay"}
 
 
 def test_the_console_opens_with_the_decision(replayed: tuple[Result, Path]) -> None:
