@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from sessiongen.analysis.frames import drop_single_context
+from sessiongen.analysis.stats import MIN_SESSIONS
 from sessiongen.capacity.grid import WHATIF_COLUMNS, gain_name
 from sessiongen.capacity.reduction import ARM, measured_decision, turn_table
 from sessiongen.records.run import Run
@@ -55,6 +56,12 @@ class Decision:
     @property
     def heading(self) -> str:
         return f"Decision: does the pool pay ({self.gain} >= {self.pays_at:g})?"
+
+    @property
+    def unit(self) -> str:
+        """What the intervals resample: "session", or a trace's "time block"."""
+        units = self.rows["unit"].drop_nulls() if "unit" in self.rows.columns else None
+        return str(units[0]) if units is not None and units.len() else "session"
 
 
 def decide(run: Run, pays_at: float) -> Decision | None:
@@ -108,10 +115,9 @@ def table(d: Decision) -> pl.DataFrame:
     frame = frame.insert_column(at, pl.Series(APART, named, dtype=pl.String))
     frame = frame.insert_column(at, pl.Series(PER_TURN, per_turn, dtype=pl.String))
     if d.gain != "session gain":
-        frame = frame.rename(
-            {"session gain [95% CI]": f"{d.gain} [95% CI]", "sessions": "requests"},
-            strict=False,
-        )
+        frame = frame.rename({"session gain [95% CI]": f"{d.gain} [95% CI]"})
+    if d.unit != "session":  # what the interval resampled: a trace's blocks of time
+        frame = frame.rename({"sessions": f"{d.unit}s"})
     if d.trace:  # no level nor initial context: each request has its own
         return frame.drop("load_level", "context_tokens")
     if frame["load_level"].n_unique() <= 1:  # one level: the scenario's, said elsewhere
@@ -128,12 +134,12 @@ def _definitions(d: Decision) -> str:
         f"MEASURED: {d.gain} = {gain}; later-turn gain = {later}, every later turn pooled; "
         f"{PER_TURN} = the median over turns 2.. of each turn's own gain (its median TTFT "
         f"OFF / ON), with the turns whose own gain is {SHARP:g}x or more away from it named. "
-        "Intervals are 95% paired bootstraps over sessions (sampling only: these are "
+        f"Intervals are 95% paired bootstraps over {d.unit}s (sampling only: these are "
         f"measurements, no model error is added). The verdict reads the {d.gain}'s "
         f"interval against {d.pays_at:g} (--pays-at): pays when it lies wholly at or "
         "above, does not pay when wholly below, undecided when it straddles it, not "
-        "enough data below 5 sessions, unstable where an arm's queue grows with the run; "
-        "as sessiongen plan decides."
+        f"enough data below {MIN_SESSIONS} {d.unit}s, unstable where an arm's queue grows "
+        "with the run; as sessiongen plan decides."
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import polars as pl
@@ -118,3 +119,13 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
     ]
     _point_to_problems(clean)
     assert len(clean) == 5
+
+
+def test_a_trace_names_what_its_intervals_resample(planned: Run) -> None:
+    d = decision.decide(planned, 1.1)
+    assert d is not None and d.unit == "session"
+    blocks = dataclasses.replace(d, rows=d.rows.with_columns(pl.lit("time block").alias("unit")))
+    frame = decision.table(blocks)
+    assert "time blocks" in frame.columns and "sessions" not in frame.columns
+    text = decision.section(blocks)[-1]
+    assert isinstance(text, Paragraph) and "bootstraps over time blocks" in text.text
