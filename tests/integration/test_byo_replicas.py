@@ -284,7 +284,8 @@ def test_two_single_arm_runs_merged_give_the_embedded_pairs_speedups(
             tmp_path / arm, "--no-report", "--endpoints", joined(pair.urls), "--cache", arm
         )
         assert result.exit_code == 0, result.output
-        assert "-x" in result.output  # one arm alone: no speedup
+        assert f"cache {arm} only: no speedup" in result.output  # one arm alone
+        assert "-x" not in result.output and "speedup  " not in result.output
         dirs.append(str(only_run(tmp_path / arm)))
     result = CliRunner().invoke(cli, ["report", *dirs])
     assert result.exit_code == 0, result.output
