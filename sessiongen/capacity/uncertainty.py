@@ -149,11 +149,14 @@ def combine(
 GAINS = ("session_gain", "later_gain")
 
 
-def regime(*, closed: bool, level: float | None) -> str:
+def regime(*, closed: bool, level: float | None, busiest: float | None = None) -> str:
     """The model error's regime of a cell (:data:`sessiongen.capacity.evidence.REGIMES`):
-    one session in flight on a closed loop at level 1, else loaded (open loops, traces
-    included, share their replicas' queues)."""
-    return "one_in_flight" if closed and (level is None or level <= 1) else "loaded"
+    one session in flight on a closed loop at level 1, or an open loop (a trace) that had
+    at most one request in flight 90% of its time in both arms (``busiest``: the larger
+    arm's ``in_flight_p90``, as measured on the planned records); else loaded."""
+    if closed:
+        return "one_in_flight" if level is None or level <= 1 else "loaded"
+    return "one_in_flight" if busiest is not None and busiest <= 1 else "loaded"
 
 
 def with_uncertainty(
@@ -166,7 +169,9 @@ def with_uncertainty(
     cell's ``regime``, its ``model_error`` and ``interval_note``."""
     out: dict[str, list[object]] = {}
     for r in rows.iter_rows(named=True):
-        cell = regime(closed=closed, level=r.get("load_level"))
+        flights = [r.get(f"in_flight_p90_{arm}") for arm in ("off", "on")]
+        busiest = None if None in flights else max(float(f) for f in flights if f is not None)
+        cell = regime(closed=closed, level=r.get("load_level"), busiest=busiest)
         sigma = sigmas.get(cell, math.nan)
         out.setdefault("regime", []).append(cell)
         out.setdefault("model_error", []).append(sigma if math.isfinite(sigma) else None)

@@ -66,7 +66,9 @@ def test_spread_draws_widen_the_interval_to_hold_every_replicate() -> None:
 def test_regimes() -> None:
     assert regime(closed=True, level=1.0) == "one_in_flight"
     assert regime(closed=True, level=2.0) == "loaded"
-    assert regime(closed=False, level=0.5) == "loaded"
+    assert regime(closed=False, level=0.5) == "loaded"  # in flight not measured
+    assert regime(closed=False, level=4.0, busiest=1.0) == "one_in_flight"  # a quiet trace
+    assert regime(closed=False, level=4.0, busiest=3.0) == "loaded"
 
 
 def test_the_builtin_profiles_evidence() -> None:
