@@ -3,10 +3,10 @@
 websocket with aiohttp, so nothing is downloaded at test time.
 
 Each page (a plan's ``report.html``, a replay's ``report.html``, the notebook's HTML, the
-built docs site's index) is loaded at a fixed 1280x800 window and must show every image
-(no ``<img>`` left broken), log no console error or uncaught exception, and, for a plan's
-or a replay's report, show its decision on the first screen. A screenshot of each page is
-kept under ``test-artifacts/browser/`` (git ignores it) for a person to look at.
+built docs site's home and Benchmarks pages) is loaded at a fixed 1280x800 window and must
+show every image (no ``<img>`` left broken), log no console error or uncaught exception,
+and, for a plan's or a replay's report, show its decision on the first screen. A
+screenshot of each page is kept under ``test-artifacts/browser/`` (git ignores it).
 
 Without chromium the test skips, saying so, except in CI (``CI`` set), where it fails.
 """
@@ -256,6 +256,7 @@ async def test_reports_notebook_and_docs_open_clean_in_chromium(tmp_path: Path) 
         "plan-report": plan_html.as_uri(),
         "replay-report": replay_html.as_uri(),
         "docs-index": f"http://127.0.0.1:{port}/index.html",
+        "docs-benchmarks": f"http://127.0.0.1:{port}/benchmarks/index.html",
     }
     if notebook_html is not None:
         pages["notebook"] = notebook_html.as_uri()
@@ -277,6 +278,7 @@ async def test_reports_notebook_and_docs_open_clean_in_chromium(tmp_path: Path) 
         assert page.errors == [], f"{name}: console errors {page.errors}"
         assert page.broken_images == [], f"{name}: images that did not load"
     assert seen["plan-report"].images >= 1 and seen["replay-report"].images >= 3
+    assert seen["docs-index"].images >= 1 and seen["docs-benchmarks"].images >= 1
     for name in ("plan-report", "replay-report"):
         top = seen[name].decision_top
         assert top is not None and 0 <= top < HEIGHT - 100, f"{name}: Decision at {top} px"
