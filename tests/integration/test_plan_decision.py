@@ -27,7 +27,7 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
     main([
         "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "3",
         "--pays-at", "1.1", "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
-        "--set", "objective.ttft_s=0.2",
+        "--set", "objective.ttft_s=0.2", "--no-sensitivity",
     ])  # fmt: skip
     out = capsys.readouterr().out
     assert out.index("Decision (PLANNED)") < out.index("What if")
@@ -100,6 +100,7 @@ def test_a_level_that_overloads_the_off_arm_is_unstable_not_pays(
         "plan", str(ROOT / "scenarios" / "load128k.toml"), "--seeds", "2", "--jobs", "1",
         "--no-progress", "--runs-dir", str(tmp_path), "--set", "load.levels=[0.005, 0.04]",
         "--set", 'placement.policies=["alternate"]', "--set", "sessions.count=6",
+        "--no-sensitivity",
     ])  # fmt: skip
     out = capsys.readouterr().out
     (folder,) = tmp_path.glob("plan-*")

@@ -73,6 +73,7 @@ def test_a_plan_held_against_its_own_run_agrees_exactly(tmp_path: Path) -> None:
         ],
         runs_dir=tmp_path,
         seeds=1,
+        sensitivity=False,
     )
     planned = pl.read_parquet(out / "whatif.parquet")
     (config,) = (out / "configs").iterdir()

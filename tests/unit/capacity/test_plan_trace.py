@@ -58,6 +58,7 @@ def test_sessiongen_plan_takes_a_trace_scenario(tmp_path: Path) -> None:
         overrides=['design.blocks=["off","on"]', 'placement.policies=["alternate"]'],
         runs_dir=tmp_path,
         seeds=1,
+        sensitivity=False,
     )
     whatif = pl.read_parquet(out / "whatif.parquet")
     assert whatif["placement"].to_list() == ["alternate"]

@@ -43,6 +43,7 @@ def planned(tmp: Path, sweep: SweepOptions) -> tuple[pl.DataFrame, pl.DataFrame]
         sweep=sweep,
         on_config=lambda c, _d: seen.append(c.index),
         seeds=2,
+        sensitivity=False,
     )
     assert sorted(seen) == [0, 0, 1, 1, 2, 2, 3, 3]  # a line per configuration and seed
     folders = sorted(p.name for p in (out / "configs").iterdir())
@@ -98,7 +99,8 @@ def test_without_ray_the_ray_executor_is_one_line_naming_the_extra(
     with pytest.raises(MissingDependencyError):
         SweepOptions(executor="ray").check()
     with pytest.raises(SystemExit) as stop:
-        main(["plan", str(SMOKE), "--executor", "ray", "--runs-dir", str(tmp_path)])
+        main(["plan", str(SMOKE), "--executor", "ray", "--no-sensitivity", "--runs-dir",
+              str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err
     assert stop.value.code == 2
     assert err.strip().count("\n") == 0 and "sessiongen[ray]" in err

@@ -49,6 +49,7 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
             runs_dir=Path("runs"),
             sweep=SweepOptions(jobs=1),
             seeds=1,
+            sensitivity=False,
         )
     return here, here / out, (here / out / "report" / "report.md").read_text()
 
