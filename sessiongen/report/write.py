@@ -851,8 +851,11 @@ def _point_to_problems(blocks: list[Element]) -> None:
     bear on it, when the report has any (the answer first, never without its caveats)."""
     cautions = report_cautions(blocks)
     parts = [
-        f"{len(found)} {name if len(found) > 1 else name[:-1]}"
-        for name, found in (("problems", cautions["problems"]), ("limits", cautions["limits"]))
+        f"the {len(found)} {kind if len(found) > 1 else kind[:-1]} under {title}"
+        for kind, title, found in (
+            ("problems", "Problems", cautions["problems"]),
+            ("limits", LIMITS, cautions["limits"]),
+        )
         if found
     ]
     start = next(
@@ -869,10 +872,7 @@ def _point_to_problems(blocks: list[Element]) -> None:
         (i for i in range(start + 1, len(blocks)) if isinstance(blocks[i], Heading)), len(blocks)
     )
     at = next((i for i in range(start + 1, end) if isinstance(blocks[i], Table)), end - 1)
-    text = (
-        f"Read these verdicts with the {' and '.join(parts)} this report finds "
-        f"(under Problems and {LIMITS}, below)."
-    )
+    text = f"Read these verdicts with {' and '.join(parts)}, below."
     blocks.insert(at + 1, Paragraph(text, warning=True))
 
 

@@ -109,7 +109,16 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
     _point_to_problems(blocks)
     note = blocks[3]
     assert isinstance(note, Paragraph) and note.warning
-    assert "2 problems" in note.text and "limit" not in note.text.split("(")[0]
+    assert note.text == "Read these verdicts with the 2 problems under Problems, below."
+    limited: list[Element] = [
+        *blocks[:3],
+        Heading("Limits of this run"),
+        Paragraph("Only 2 sessions per arm ...", warning=True),
+    ]
+    _point_to_problems(limited)
+    assert limited[3] == Paragraph(
+        "Read these verdicts with the 1 limit under Limits of this run, below.", warning=True
+    )
     clean: list[Element] = [
         blocks[0],
         blocks[1],
