@@ -24,10 +24,18 @@ SETS = ("--set", "driver.concurrency=1", "--set", 'design.blocks=["off", "on"]')
 def test_plan_pools_seeds_into_intervals_and_verdicts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A fitted profile whose held-out model error is small, so that the verdicts read the
+    # pooled sessions' sampling (the shipped default would leave 1.2x undecided).
+    profile = tmp_path / "fitted.toml"
+    profile.write_text(
+        "[target.sim]\nprefill_s_per_ktok = 0.136\n\n[fit]\nfitted = true\n\n"
+        "[fit.model_error]\none_in_flight = 0.01\nloaded = 0.01\n"
+    )
     main([
         "plan", str(SMOKE), "--vary", "target.sim.replicas=1,2", "--seeds", "3",
         "--pays-at", "1.1", "--jobs", "1", "--no-progress", "--runs-dir", str(tmp_path), *SETS,
-        "--set", "objective.ttft_s=0.2", "--no-sensitivity",
+        "--set", "objective.ttft_s=0.2", "--no-sensitivity", "--set", "sessions.count=6",
+        "--set", f"target.sim.profile={profile}",
     ])  # fmt: skip
     out = capsys.readouterr().out
     assert out.index("Decision (PLANNED)") < out.index("What if")
@@ -37,7 +45,9 @@ def test_plan_pools_seeds_into_intervals_and_verdicts(
         "01-replicas=2", "01-replicas=2.r1", "01-replicas=2.r2"]  # fmt: skip
     whatif = pl.read_parquet(folder / "whatif.parquet").sort("target.sim.replicas")
     assert whatif["replicates"].to_list() == [3, 3]
-    assert whatif["sessions"].to_list() == [6, 6]  # 2 sessions x 3 replicates
+    # smoke plans the same records whatever the seed: the three replicates are one
+    assert whatif["distinct_replicates"].to_list() == [1, 1]
+    assert whatif["sessions"].to_list() == [6, 6]  # 6 sessions x 1 distinct replicate
     for r in whatif.iter_rows(named=True):
         assert r["session_gain_low"] <= r["session_gain"] <= r["session_gain_high"]
         assert r["verdict"] == verdict(r["session_gain_low"], r["session_gain_high"], 1.1)
