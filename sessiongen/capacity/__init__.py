@@ -19,6 +19,13 @@
   (a process pool) or a Ray cluster, results in grid order whatever finishes first;
 - :mod:`.plan`: ``sessiongen plan``: runs the grid (``--seeds`` replicates of each
   configuration), writes the what-if table, per-turn Parquet and the report;
+- :mod:`.reduction`: a run's records reduced to the what-if rows and their verdicts, one
+  reduction for plans and replays (the replay report reads its decision from it);
+- :mod:`.evidence`: what a verdict rests on (the profile, fitted or not; the model error);
+- :mod:`.uncertainty`: a planned gain's interval with sampling, parameter draws and model
+  error combined, identical replicates counted once;
+- :mod:`.modelerror`: the model's error per regime, shipped and from held-out runs;
+- :mod:`.sensitivity`: each verdict at both ends of every profile parameter's box;
 - :mod:`.decision`: the pool decision's pure pieces: replicates (seeds, the profile's
   bootstrap draws) and their pooling, verdicts against ``--pays-at``, the bisection;
 - :mod:`.find`: ``sessiongen plan --find KEY=LOW:HIGH``: where each cell's verdict flips;

@@ -37,7 +37,8 @@ from sessiongen.capacity.decision import (
     with_verdicts,
 )
 from sessiongen.capacity.grid import Config, Vary, configs
-from sessiongen.capacity.plan import ARM, check_decision, new_plan_folder, run_grid
+from sessiongen.capacity.plan import check_decision, new_plan_folder, run_grid
+from sessiongen.capacity.reduction import ARM
 from sessiongen.capacity.sweep import SweepOptions
 from sessiongen.capacity.virtual import Tokens
 from sessiongen.errors import UserError

@@ -2,7 +2,7 @@
 
 A real replay of a scenario's OFF and ON arms (one run, or single-arm runs merged) and a
 plan of the same scenario reduce to the same what-if rows by the same function
-(:func:`.plan.whatif_rows`: the session gain and the later-turn gain, each with its paired
+(:func:`.reduction.whatif_rows`: the session gain and the later-turn gain, each with its paired
 session bootstrap interval) and get their verdicts against one threshold by the same
 function (:func:`.decision.with_verdicts`, the arms' stability included). Per cell
 (placement, context, sessions in flight, and whatever keys the caller adds, such as the
@@ -26,9 +26,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sessiongen.capacity.decision import arm_stability, with_verdicts
-from sessiongen.capacity.plan import ARM, whatif_rows
-from sessiongen.records.run import Run
+from sessiongen.capacity.reduction import ARM
+from sessiongen.capacity.reduction import measured_decision as measured_decision
 
 #: The gains compared (what-if columns, each with ``_low`` and ``_high``).
 GAINS = ("session_gain", "later_gain")
@@ -36,13 +35,6 @@ GAINS = ("session_gain", "later_gain")
 GOAL = 0.15
 #: Verdicts that a measured interval excluding the threshold gives.
 DECIDED = ("pays", "does not pay")
-
-
-def measured_decision(run: Run, pays_at: float) -> pl.DataFrame:
-    """A replay's what-if rows (both cache arms in ``run``) with the arms' stability and
-    the verdict against ``pays_at``, as ``sessiongen plan`` writes a configuration's."""
-    rows = whatif_rows(run).join(arm_stability([run]), on=ARM, how="left", nulls_equal=True)
-    return with_verdicts(rows, pays_at)
 
 
 def _side(frame: pl.DataFrame, keys: Sequence[str], name: str) -> pl.DataFrame:

@@ -42,7 +42,7 @@ from sessiongen.capacity.decision import (
     replicate_sets,
     with_verdicts,
 )
-from sessiongen.capacity.plan import ARM, whatif_rows
+from sessiongen.capacity.reduction import ARM, whatif_rows
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml

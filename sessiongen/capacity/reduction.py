@@ -12,10 +12,8 @@ then :func:`measured_decision` adds the arms' stability and the verdict at ``pay
 
 It imports neither the planner nor the report, so the replay report
 (:mod:`sessiongen.report.decision`) reads its decision from here without an import
-cycle (:mod:`.plan` imports the report stage to write its own).
-:mod:`.plan` still carries a twin of :func:`whatif_rows` and :func:`turn_table`; until it
-imports them from here, ``tests/unit/capacity/test_reduction.py`` checks that both give
-the same frames.
+cycle (:mod:`.plan` imports the report stage to write its own); the planner and
+:mod:`.heldout` import them from here.
 """
 
 from __future__ import annotations

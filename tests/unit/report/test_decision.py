@@ -7,10 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 from sessiongen import scenario
-from sessiongen.capacity import heldout, plan, reduction
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import decision
@@ -27,16 +25,6 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> Run:
         ["sessions.count=5", 'placement.policies=["alternate","fixed"]'],
     )
     return load_run(virtual_replay(sc, tmp_path_factory.mktemp("plan")))
-
-
-def test_the_reduction_is_the_planners(planned: Run) -> None:
-    """The report's reduction gives the planner's frames exactly (plan.py keeps a twin
-    until it imports them: this keeps the two from drifting apart)."""
-    assert_frame_equal(reduction.whatif_rows(planned), plan.whatif_rows(planned))
-    assert_frame_equal(reduction.turn_table(planned), plan.turn_table(planned))
-    assert_frame_equal(
-        reduction.measured_decision(planned, 1.1), heldout.measured_decision(planned, 1.1)
-    )
 
 
 def test_the_table_reads_the_verdict_off_the_interval_at_pays_at(planned: Run) -> None:
