@@ -46,8 +46,7 @@ class TraceSummary:
     """Counts and reuse of a trace (times in replay ms, after any speedup)."""
 
     requests: int
-    sessions: int  # as the replay makes them: each session_id, and each line without one
-    single_requests: int  # lines without a session_id: a one-turn session each
+    sessions: int
     span_ms: float
     input_tokens: int
     output_tokens: int
@@ -66,7 +65,7 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
     """One pass over a trace's requests (see the module docstring for the reuse rule)."""
     seen = _Seen()
     sessions: set[str] = set()
-    n = inputs = outputs = longest = longest_line = reusable = distinct = single = 0
+    n = inputs = outputs = longest = longest_line = reusable = distinct = 0
     last_ts = 0.0
     for req in requests:
         n += 1
@@ -78,8 +77,6 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
             last_ts = req.timestamp_ms
         if req.session_id is not None:
             sessions.add(req.session_id)
-        else:
-            single += 1
         leading = True
         for k, h in enumerate(req.hash_ids):
             if h in seen:
@@ -91,8 +88,7 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
                 seen.add(h)
     return TraceSummary(
         requests=n,
-        sessions=len(sessions) + single,
-        single_requests=single,
+        sessions=len(sessions),
         span_ms=last_ts,
         input_tokens=inputs,
         output_tokens=outputs,

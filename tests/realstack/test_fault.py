@@ -9,12 +9,13 @@ its report must name the pool-served requests that diverged. The same scenario w
 the fault is clean: tests/realstack/test_replay.py (its run passes the equivalence probe,
 unlabelled).
 
-The run is OFF then ON (``design.blocks``), not the scenario's OFF, ON, ON, OFF: the
+The run is ON then OFF (``design.blocks``), not the scenario's OFF, ON, ON, OFF: the
 second ON block would send the same prompts and be hit in the same chunks (the choice is
-a hash of the chunk's tokens), so it adds nothing here but a reset, and the last OFF block
-a third pair start. Two pair starts: the faulty ON pair, whose command line differs, and
-an OFF pair (the healthy run's pairs are stopped by its own replay). About 5 minutes on
-this project's 2-core machine (pairs ready in 1.5 to 3 minutes; 6 under other load).
+a hash of the chunk's tokens), so it adds nothing here but a reset, and the last OFF
+block a third pair. One pair start of its own: the faulty ON pair, whose command line
+differs, started while no shared pair runs; then the OFF block leases the session's
+shared OFF pair, cold (tests/realstack/conftest.py), which the tier's OFF phase goes on
+using: hence ON first, and this test among the tier's first (``own_pairs``).
 """
 
 from __future__ import annotations
@@ -40,15 +41,17 @@ pytestmark = [
         importlib.util.find_spec("vllm") is None,
         reason="the real stack is not installed (scripts/install-real-stack.sh)",
     ),
-    # Two pair starts (OFF, faulty ON); ~20 requests take less than half a start-up.
+    # Two pair starts (the faulty ON pair, then the shared OFF pair when it is the first
+    # to lease it); ~20 requests take less than half a start-up.
     pytest.mark.pair_starts(2, work=0.5),
+    pytest.mark.own_pairs(shared=True),
 ]
 
 SMOKE_CPU = ROOT / "scenarios/smoke-cpu.toml"
 FAULT = [
     "target.managed.fault.kind=stale",
     "target.managed.fault.share=1.0",
-    'design.blocks=["off","on"]',
+    'design.blocks=["on","off"]',
     # A cache failure is a pool-served divergence rate above the noise baseline (exact
     # test): with 2 sessions, 2 of 2 pool-served against 0 of 2 is p = 0.06; with 4 the
     # pool serves at least 4 against at least 4 cold ones (p <= 0.004). Requests cost
@@ -128,12 +131,13 @@ def test_manifest_records_the_fault_and_what_it_hit(
     fault = manifest["target"]["fault"]
     assert (fault["kind"], fault["share"], fault["seed"]) == ("stale", 1.0, 0)
     assert manifest["target"]["spec"]["fault"] == {"kind": "stale", "share": 1.0, "seed": 0}
-    off, on = manifest["blocks"]
+    on, off = manifest["blocks"]
+    assert (on["cache"], off["cache"]) == ("on", "off")
     assert "fault" not in off
     hits = on["fault"]
     assert hits["chunks_hit"] == hits["chunks"] >= 2 * 32  # turn 2: 32 chunks of 256 tokens
     assert hits["loads_hit"] == hits["loads"] >= 2
-    off_argv, on_argv = (
+    on_argv, off_argv = (
         [" ".join(p["argv"]) for p in block["processes"] if p["role"] == "replica"]
         for block in manifest["target"]["blocks"]
     )

@@ -2,23 +2,25 @@
 
 Slow (a pair took 56 to 154 s to become ready on this project's 2-core machine, about 3
 minutes on a busier one), so marked ``realstack``; skipped when vLLM is not installed.
-Three starts: one cache-ON pair, shared by the tests in this module and stopped by the
-crash test; then a one-replica cache-OFF pair exercises ``pair up/down``; then a
-cache-OFF pair for the OFF half of a user's design, so that at most one pair runs at a
-time. The ON pair is the session's first when the tier runs whole: its start-up sets the
-limits of every later start (see conftest.py).
+The tests talk to the session's shared pairs (tests/realstack/conftest.py), each handed
+out with every cache emptied and a cold probe showing it. The one start of the module's
+own is a one-replica cache-OFF pair for ``pair up/down`` (a test of starting and
+stopping; it runs before the shared pairs hold the cores); the crash test kills a
+replica of the shared ON pair and stops it, so it runs last in the tier.
 
-Both arms on replicas the user runs (issue 20), with one pair start of its own: the ON
-arm is a single-arm run (``replay --endpoints A,B --cache on``) against the shared ON
-pair, the OFF arm one against the OFF pair started last, and the two are merged as
-``sessiongen report RUN_OFF RUN_ON`` would; external hits must show in the ON arm only.
+Both arms on replicas the user runs (issue 20): the ON arm is a single-arm run
+(``replay --endpoints A,B --cache on``) against the shared ON pair, the OFF arm one
+against the shared OFF pair, and the two are merged as ``sessiongen report RUN_OFF
+RUN_ON`` would; external hits must show in the ON arm only.
 
-A trace on the same two pairs (issue 21), no start of its own: scenarios/traces/
-cpu-replay.toml (four three-turn sessions in the Mooncake shape, 256-token blocks that
-are LMCache's chunks, alternate placement, one session at a time) as a single-arm run on
-each, ON on the shared pair before the crash test stops it, OFF on the OFF pair: every
-later turn moves replica, and the pool serves exactly the blocks the trace says it
-shares with the turn before, ON only.
+The OFF halves run in the tier's OFF phase (session fixtures, checked there on their
+own) and are merged in its ON phase (tests/realstack/conftest.py: one pair at a time).
+
+A trace on the same two pairs (issue 21): scenarios/traces/cpu-replay.toml (four
+three-turn sessions in the Mooncake shape, 256-token blocks that are LMCache's chunks,
+alternate placement, one session at a time) as a single-arm run on each: every later
+turn moves replica, and the pool serves exactly the blocks the trace says it shares with
+the turn before, ON only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ from sessiongen.records.merge import merge_runs
 from sessiongen.scenario.spec import ManagedSpec
 from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.textgen import default_generator
-from tests.realstack.conftest import StartupClock
+from tests.realstack.conftest import SharedPairs, StartupClock
 from tests.support.paths import ROOT
 
 pytestmark = [
@@ -129,17 +130,6 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
-@pytest.fixture(scope="module")
-def pair(
-    tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory, startup: StartupClock
-) -> Iterator[ManagedPair]:
-    spec = ManagedSpec(startup_timeout_s=startup.timeout_s())
-    logs = tmp_path_factory.mktemp("pair-logs")
-    managed = ManagedPair(spec, MODEL, True, logs, tiny_model_dir=tiny_dir)
-    with managed:
-        yield managed
-
-
 def test_tiny_model_builds_offline(
     tmp_path: Path, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,7 +189,8 @@ def test_taken_port_is_refused(tmp_path: Path, tiny_dir: Path) -> None:
 
 
 @pytest.mark.pair_starts(1)
-def test_replica_answers_chat_token_exact(pair: ManagedPair) -> None:
+def test_replica_answers_chat_token_exact(cold_on: ManagedPair) -> None:
+    pair = cold_on
     text = words(300, seed=1)
     reply = chat(pair.urls[0], text, max_tokens=5)
     usage = reply["usage"]
@@ -211,7 +202,8 @@ def test_replica_answers_chat_token_exact(pair: ManagedPair) -> None:
 
 
 @pytest.mark.pair_starts(1)
-def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
+def test_shared_cache_serves_the_other_replica(cold_on: ManagedPair) -> None:
+    pair = cold_on
     text = words(2000, seed=2)
     first, second = pair.urls
     hits_before = counter(second, "vllm:external_prefix_cache_hits_total")
@@ -229,7 +221,8 @@ def test_shared_cache_serves_the_other_replica(pair: ManagedPair) -> None:
 
 
 @pytest.mark.pair_starts(1)
-def test_answers_depend_on_the_prompt(pair: ManagedPair) -> None:
+def test_answers_depend_on_the_prompt(cold_on: ManagedPair) -> None:
+    pair = cold_on
     """The equivalence probe can fail: different prompts get different answers.
 
     (vLLM's dummy weights answered every prompt alike.) Each prompt is also answered
@@ -252,7 +245,8 @@ def test_answers_depend_on_the_prompt(pair: ManagedPair) -> None:
 
 
 @pytest.mark.pair_starts(1)
-def test_processes_are_recorded_for_the_manifest(pair: ManagedPair) -> None:
+def test_processes_are_recorded_for_the_manifest(cold_on: ManagedPair) -> None:
+    pair = cold_on
     rows = pair.processes
     assert [r["role"] for r in rows] == ["lmcache", "replica", "replica"]
     versions = rows[1]["versions"]
@@ -288,9 +282,10 @@ def replay_one_arm(urls: list[str], cache: str, runs: Path, path: Path = SMOKE_C
     return out.run_dir
 
 
-@pytest.fixture(scope="module")
-def on_arm_run(pair: ManagedPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ON half of a user's design, on the shared pair (no pair start of its own)."""
+@pytest.fixture(scope="session")
+def on_arm_run(shared_pairs: SharedPairs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ON half of a user's design, on the shared ON pair (cold)."""
+    pair = shared_pairs.cold(True, who="on_arm_run")
     return replay_one_arm(pair.urls, "on", tmp_path_factory.mktemp("byo-on"))
 
 
@@ -311,9 +306,10 @@ def test_a_single_arm_on_run_on_the_pair_checks_its_arm(on_arm_run: Path) -> Non
         assert said.get("configured", True) is True
 
 
-@pytest.fixture(scope="module")
-def trace_on_run(pair: ManagedPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The trace's ON arm on the shared pair (no pair start of its own)."""
+@pytest.fixture(scope="session")
+def trace_on_run(shared_pairs: SharedPairs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace's ON arm on the shared ON pair (cold)."""
+    pair = shared_pairs.cold(True, who="trace_on_run")
     return replay_one_arm(pair.urls, "on", tmp_path_factory.mktemp("trace-on"), CPU_TRACE)
 
 
@@ -347,8 +343,11 @@ def test_a_trace_on_the_pair_gets_its_shared_blocks_from_the_pool(trace_on_run: 
 
 
 @pytest.mark.pair_starts(1)
-def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
-    """Runs after the other tests of the shared pair: it stops it."""
+@pytest.mark.takes_shared_pair
+def test_crashed_replica_then_stop_leaves_nothing(shared_pairs: SharedPairs) -> None:
+    """Takes the shared ON pair for good (it runs last in the tier): a crashed replica is
+    seen, the other still answers, and stopping leaves no process behind."""
+    pair = shared_pairs.take(True, who="the crash test")
     victim = pair.records[2]
     os.kill(victim.pid, signal.SIGKILL)  # the API server only; its engine core lingers
     deadline = time.monotonic() + 10
@@ -364,10 +363,11 @@ def test_crashed_replica_then_stop_leaves_nothing(pair: ManagedPair) -> None:
 
 
 @pytest.mark.pair_starts(1)
+@pytest.mark.own_pairs
 def test_pair_up_status_down_cache_off(
     tmp_path: Path, tiny_dir: Path, startup: StartupClock
 ) -> None:
-    """After the shared pair is stopped: at most one pair at a time."""
+    """``pair up`` starts a pair of its own (one replica), before the shared pairs."""
     managed = {"replicas": 1, "startup_timeout_s": startup.timeout_s()}
     raw = {
         "name": "launch-test",
@@ -395,27 +395,42 @@ def test_pair_up_status_down_cache_off(
     assert state.pair_status(tmp_path) == []
 
 
-@pytest.fixture(scope="module")
-def off_pair(
-    pair: ManagedPair,
-    tiny_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-    startup: StartupClock,
-) -> Iterator[ManagedPair]:
-    """A cache-OFF pair (no connector) for the OFF halves, started after the ON pair stops."""
-    pair.stop()  # stopped by the crash test already, unless run alone: one pair at a time
-    spec = ManagedSpec(startup_timeout_s=startup.timeout_s())
-    logs = tmp_path_factory.mktemp("off-pair-logs")
-    with ManagedPair(spec, MODEL, False, logs, tiny_model_dir=tiny_dir) as off:
-        yield off
+@pytest.fixture(scope="session")
+def off_arm_run(shared_pairs: SharedPairs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The OFF half of a user's design, on the shared OFF pair (cold), in the OFF phase."""
+    pair = shared_pairs.cold(False, who="off_arm_run")
+    return replay_one_arm(pair.urls, "off", tmp_path_factory.mktemp("byo-off"))
+
+
+@pytest.fixture(scope="session")
+def trace_off_run(shared_pairs: SharedPairs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace's OFF arm on the shared OFF pair (cold), in the OFF phase."""
+    pair = shared_pairs.cold(False, who="trace_off_run")
+    return replay_one_arm(pair.urls, "off", tmp_path_factory.mktemp("trace-off"), CPU_TRACE)
+
+
+@pytest.mark.pair_starts(1, work=1)
+@pytest.mark.shared_pairs("off")
+def test_the_off_halves_get_no_external_hits(off_arm_run: Path, trace_off_run: Path) -> None:
+    """The single-arm OFF runs on the pair without the connector (the tier's OFF phase;
+    the ON-phase tests below merge them with their ON halves): every block checks out
+    as OFF, and nothing came from a pool."""
+    run = analysis.load_run(off_arm_run)
+    check = analysis.arm_check(run)
+    assert check["cache"].to_list() == ["off", "off"] and check["status"].to_list() == ["ok"] * 2
+    assert (run.requests["external_hit_tokens"] == 0).all()
+    off = trace_rows(trace_off_run)
+    assert off["trace_line"].to_list() == list(range(1, 13))
+    assert (off["hit_source"] == "counters").all()
+    assert (off["external_hit_tokens"] == 0).all()
 
 
 @pytest.mark.pair_starts(2, work=1)
 def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
-    on_arm_run: Path, off_pair: ManagedPair, tmp_path: Path
+    on_arm_run: Path, off_arm_run: Path, tmp_path: Path
 ) -> None:
-    """The OFF half on a pair without the connector, merged with the ON half."""
-    off_run = replay_one_arm(off_pair.urls, "off", tmp_path / "runs")
+    """The OFF half (the shared pair without the connector) merged with the ON half."""
+    off_run = off_arm_run
     merged = merge_runs([off_run, on_arm_run], tmp_path / "merged")
     run = analysis.load_run(merged)
     assert [b["cache"] for b in run.meta.blocks] == ["off", "on", "on", "off"]
@@ -433,12 +448,12 @@ def test_single_arm_runs_merged_show_external_hits_only_with_the_cache_on(
 
 @pytest.mark.pair_starts(2, work=1)
 def test_a_trace_off_the_pool_gets_no_external_hits(
-    trace_on_run: Path, off_pair: ManagedPair, tmp_path: Path
+    trace_on_run: Path, trace_off_run: Path, tmp_path: Path
 ) -> None:
-    """The trace's OFF arm on the OFF pair: no external hits at all, and the moved turns
+    """The trace's OFF arm on the shared OFF pair: no external hits at all, and the moved turns
     find only what their replica held, short of the shared blocks the ON arm was served;
     merged with the ON arm, the arms check out and the report renders."""
-    off_run = replay_one_arm(off_pair.urls, "off", tmp_path / "runs", CPU_TRACE)
+    off_run = trace_off_run
     off = trace_rows(off_run)
     on = trace_rows(trace_on_run)
     assert off["trace_line"].to_list() == list(range(1, 13))

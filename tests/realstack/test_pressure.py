@@ -5,8 +5,9 @@ honoured with VLLM_CPU_KVCACHE_SPACE set; 99 x 128 = 12,672 usable tokens) while
 sessions of ~3,100 tokens are in flight on it under fixed placement, about twice its
 capacity. Every session comes back to its replica after the other seven have been
 through it, so LRU has evicted its prefix: with the pool OFF the later turn recomputes
-it, with the pool ON LMCache serves it. Two pair starts (OFF, ON), about 5 minutes here
-(start-ups 120 and 140 s; each block's requests about 20 s).
+it, with the pool ON LMCache serves it. Two pair starts (OFF, ON) of its own (the
+shared pairs' KV caches are not cut), about 5 minutes here (start-ups 120 and 140 s;
+each block's requests about 20 s).
 
 Measured here (one run): OFF, every later turn recomputed all of its prompt (32 turns,
 102,240 tokens, no hits of any kind); ON, every later turn was served 2,816 or 3,072 of
@@ -37,8 +38,11 @@ pytestmark = [
         importlib.util.find_spec("vllm") is None,
         reason="the real stack is not installed (scripts/install-real-stack.sh)",
     ),
-    # Two pair starts; two blocks of 48 requests take well under one start-up.
+    # Two pair starts; two blocks of 48 requests take well under one start-up. Pairs of
+    # its own (KV caches cut to 100 blocks: not the shared pairs' spec), started before
+    # the shared pairs hold memory.
     pytest.mark.pair_starts(2, work=1),
+    pytest.mark.own_pairs,
 ]
 
 BLOCK_TOKENS = 128  # vLLM-cpu's KV block
@@ -78,6 +82,24 @@ def later_turns(run: analysis.Run, cache: str) -> pl.DataFrame:
         prefix=pl.col("prompt_tokens").shift(1).over("session_index")
     )
     return rows.filter(pl.col("turn") >= 2)
+
+
+def test_each_arm_ran_on_a_pair_started_for_it(pressure_run: PressureRun) -> None:
+    """The managed target's own starts (moved here from test_replay.py, whose blocks now
+    lease the session's shared pairs): with ``restart_between_blocks`` on, each block
+    got a pair started for it, with processes of its own, the connector with the pool
+    on only."""
+    _sc, run, _ = pressure_run
+    entries = run.meta.blocks
+    assert [b["cache"] for b in entries] == ["off", "on"]
+    assert all(b["restarted"] is True and b["startup_s"] > 0 for b in entries), entries
+    blocks = run.meta.target["blocks"]
+    pids = [{p["pid"] for p in block["processes"]} for block in blocks]
+    assert len(pids) == 2 and not pids[0] & pids[1], pids
+    for block in blocks:
+        argvs = [" ".join(p["argv"]) for p in block["processes"] if p["role"] == "replica"]
+        assert len(argvs) == 2 and all("--num-gpu-blocks-override 100" in a for a in argvs)
+        assert all(("LMCacheMPConnector" in a) == (block["cache"] == "on") for a in argvs)
 
 
 def test_the_working_set_overflows_each_replica(pressure_run: PressureRun) -> None:

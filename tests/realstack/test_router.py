@@ -1,6 +1,7 @@
-"""vllm-router in front of the REAL CPU pair: one managed block (one pair start) behind a
-round_robin router, the pool on. Its timeout scales with the pair start-up measured in
-the session (conftest.py).
+"""vllm-router in front of the REAL CPU pair: one managed block behind a round_robin
+router, the pool on. The block leases the session's shared ON pair, cold (a pair start
+only when it is the first to need it); the router is started and stopped for the block.
+Its timeout scales with the pair start-up measured in the session (conftest.py).
 
 What only the real stack can show: each vLLM replica names itself in its responses'
 ``system_fingerprint`` (``--fingerprint-mode custom``) through the router, the counters
@@ -45,7 +46,7 @@ def test_round_robin_router_in_front_of_the_real_pair(
         [
             'placement.policies=["router:round_robin"]',
             'design.cache=["on"]',
-            'design.blocks=["on"]',  # one block: one pair start
+            'design.blocks=["on"]',  # one block
             "driver.concurrency=1",
             *startup.overrides(),
         ],
