@@ -24,6 +24,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ DEFAULT_OUTPUT = Path("report") / "analysis.html"
 SUFFIXES = (".html", ".ipynb")
 #: Seconds any one cell may take (a large run's bootstrap takes tens).
 CELL_TIMEOUT_S = 600
+#: How the kernel is reached (:func:`run_notebook`).
+KERNEL_TRANSPORT = "ipc"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -65,6 +68,7 @@ def run_notebook(
         import nbformat
         from nbclient import NotebookClient
         from nbclient.exceptions import CellExecutionError
+        from traitlets.config import Config
     except ImportError as exc:
         raise MissingDependencyError(
             f"sessiongen notebook needs nbclient, nbformat and ipykernel ({exc.name} is "
@@ -76,14 +80,25 @@ def run_notebook(
     if out.suffix.lower() not in SUFFIXES:
         raise OutputError(f"{out}: expected a file ending in .html or .ipynb")
     nb = nbformat.read(notebook_source(), as_version=4)  # type: ignore[no-untyped-call]
-    client = NotebookClient(
-        nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(path)}}
-    )
     failed: str | None = None
-    try:
-        client.execute(env=kernel_env(path))
-    except CellExecutionError as exc:
-        failed = _first_line(str(exc))
+    # IPC (Unix sockets in a private temporary folder), not TCP on localhost: nothing but
+    # this user can reach the kernel, and ipykernel has no plain-TCP warning to print
+    # ("Kernel is running over TCP without encryption") on every run. The socket path is
+    # absolute (the kernel runs in the run folder, the client here) and short (Unix
+    # sockets allow about 100 bytes).
+    with tempfile.TemporaryDirectory(prefix="sg-nb-") as sockets:
+        transport = {"transport": KERNEL_TRANSPORT, "ip": str(Path(sockets) / "k")}
+        client = NotebookClient(
+            nb,
+            timeout=timeout_s,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path)}},
+            config=Config({"KernelManager": transport}),
+        )
+        try:
+            client.execute(env=kernel_env(path))
+        except CellExecutionError as exc:
+            failed = _first_line(str(exc))
     if out.suffix.lower() == ".ipynb":
         atomic_write_bytes(out, nbformat.writes(nb).encode())  # type: ignore[no-untyped-call]
     else:
