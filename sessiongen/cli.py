@@ -829,7 +829,13 @@ def trend_plot(store: str, out: str, window: int) -> None:
 @click.option(
     "--runs-dir", type=click.Path(file_okay=False), default="runs/nightly", show_default=True
 )
-@click.option("--progress/--no-progress", default=False, show_default=True)
+@click.option(
+    "--progress/--no-progress",
+    default=False,
+    show_default=True,
+    help="Each block's progress line too (a line per scenario as it starts and ends is "
+    "always printed, on stderr).",
+)
 def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     """Run the suite in CONFIG, report each run, add to the store, check and plot.
 
@@ -837,7 +843,10 @@ def nightly(config: str, store: str, runs_dir: str, progress: bool) -> None:
     """
     from sessiongen.trend.nightly import run_nightly
 
-    result = run_nightly(Path(config), Path(store), Path(runs_dir), progress=progress)
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    result = run_nightly(Path(config), Path(store), Path(runs_dir), progress=progress, say=say)
     click.echo(f"summary: {result.summary}")
     if result.check is not None:
         click.echo(result.check.table())

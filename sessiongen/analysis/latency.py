@@ -319,26 +319,38 @@ def _fmt_cell(value: float | None, fmt: str) -> str:
 
 
 def console_table(run: Run) -> str:
-    """Median TTFT per turn per arm and the ON/OFF speedup, as plain text (no bootstrap)."""
+    """Median TTFT per turn per arm and the ON/OFF speedup, as plain text (no bootstrap).
+
+    A run of one arm (given endpoints of one ``--cache``) has that arm's column per
+    placement and no speedup column: there is no ratio to show until the other arm's run
+    is merged with it."""
     med = run.ok.group_by(list(CELL_KEYS)).agg(pl.col("ttft_s").median())
     lookup = {tuple(r[k] for k in CELL_KEYS): r["ttft_s"] for r in med.iter_rows(named=True)}
     placements = sorted(run.requests["placement"].unique().to_list())
     contexts = sorted(run.requests["context_tokens"].unique().to_list())
     turns = sorted(run.requests["turn"].unique().to_list())
+    arms = sorted(run.requests["cache"].unique().to_list())
     lines = [f"Median TTFT per turn, {run.seconds} (target: {run.target_label})"]
+    if len(arms) == 1:
+        lines.append(
+            f"cache {arms[0]} only: no speedup until the other arm's run is merged with this "
+            "one (sessiongen report RUN_OFF RUN_ON)"
+        )
     for ctx in contexts:
         if len(contexts) > 1:
             lines.append(f"context {ctx} tokens")
         header = ["turn"]
         for p in placements:
-            header += [f"{p} off", f"{p} on", "speedup"]
+            header += [f"{p} {arm}" for arm in arms] + (["speedup"] if len(arms) > 1 else [])
         table = [header]
         for turn in turns:
             row = [str(turn)]
             for p in placements:
                 off, on = lookup.get((p, "off", ctx, turn)), lookup.get((p, "on", ctx, turn))
-                speed = off / on if off is not None and on else None
-                row += [_fmt_cell(off, ".3f"), _fmt_cell(on, ".3f"), _fmt_cell(speed, ".2f") + "x"]
+                row += [_fmt_cell(lookup.get((p, arm, ctx, turn)), ".3f") for arm in arms]
+                if len(arms) > 1:
+                    speed = off / on if off is not None and on else None
+                    row.append("-" if speed is None else f"{speed:.2f}x")
             table.append(row)
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in table]

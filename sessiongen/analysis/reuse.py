@@ -42,6 +42,18 @@ partial; only requests with status ok count):
   unbounded window). Blocks count whole (``block_tokens`` each), an upper bound by less
   than one block a request.
 
+- **Why not recovered** (:func:`recovery_causes`, ON arms, where the pool's chunk is
+  known). The pool stores and serves whole chunks of ``chunk`` tokens counted from the
+  prompt's start, so of a request's infinite-cache tokens at most the **chunked**
+  ``floor(infinite / chunk) * chunk`` can come from it, and of those only what the local
+  hits left: **in reach** ``max(0, chunked - local)``, never above beyond local. The
+  rest of beyond local is **partial-chunk** tokens: the shared prefix's tail past its
+  last whole chunk, all of it when the shared prefix is shorter than one chunk
+  (**short** requests). **Missed**: in reach minus recovered (at least 0), whole chunks
+  the pool did not hold when asked (evicted, or not yet stored: the request that writes
+  them still running). The three add up to beyond local, up to the recovered tokens a
+  chat template's few tokens move past a chunk boundary (counted as recovered).
+
 Intervals take **sessions as units** (the turns of a session share a prefix and a
 replica): :func:`sessiongen.analysis.stats.clustered_share` on a session's tokens, over
 the sessions with reuse beyond the local hits (the others add nothing to either sum, so
@@ -188,6 +200,44 @@ def arm_reuse(rows: pl.DataFrame) -> pl.DataFrame:
     schema |= {c: pl.Float64() for c in ("beyond_local_share", "pool_within_share")}
     schema |= {"recovered_low": pl.Float64(), "recovered_high": pl.Float64()}
     return pl.DataFrame(out, schema_overrides=schema, infer_schema_length=None)
+
+
+def recovery_causes(rows: pl.DataFrame, chunk_tokens: int) -> pl.DataFrame:
+    """Per ON arm: where the tokens beyond the local hits went (module doc, "Why not
+    recovered"): ``beyond_local_tokens`` = ``partial_chunk_tokens`` + ``missed_tokens``
+    + ``recovered_in_reach``; ``short_requests`` of ``beyond_requests`` (requests with
+    tokens beyond local) share less than one chunk. ``rows`` as for :func:`arm_reuse`."""
+    infinite = pl.col("trace_shared_tokens").fill_null(0)
+    local = pl.col("local_hit_tokens").fill_null(0)
+    beyond = (infinite - local).clip(lower_bound=0)
+    chunked = (infinite // chunk_tokens) * chunk_tokens
+    reach = pl.min_horizontal((chunked - local).clip(lower_bound=0), beyond)
+    recovered = pl.min_horizontal(pl.col("external_hit_tokens").fill_null(0), beyond)
+    per = rows.filter(pl.col("cache") == "on").with_columns(
+        _beyond=beyond, _reach=reach, _recovered=recovered, _short=infinite < chunk_tokens
+    )
+    schema = {
+        "placement": pl.String(),
+        "beyond_local_tokens": pl.Int64(),
+        "partial_chunk_tokens": pl.Int64(),
+        "missed_tokens": pl.Int64(),
+        "recovered_tokens": pl.Int64(),
+        "recovered_in_reach": pl.Int64(),
+        "beyond_requests": pl.Int64(),
+        "short_requests": pl.Int64(),
+    }
+    if per.is_empty():
+        return pl.DataFrame(schema=schema)
+    out = per.group_by("placement", maintain_order=True).agg(
+        beyond_local_tokens=pl.col("_beyond").sum(),
+        partial_chunk_tokens=(pl.col("_beyond") - pl.col("_reach")).sum(),
+        missed_tokens=(pl.col("_reach") - pl.col("_recovered")).clip(lower_bound=0).sum(),
+        recovered_tokens=pl.col("_recovered").sum(),
+        recovered_in_reach=pl.min_horizontal("_recovered", "_reach").sum(),
+        beyond_requests=(pl.col("_beyond") > 0).sum(),
+        short_requests=((pl.col("_beyond") > 0) & pl.col("_short")).sum(),
+    )
+    return out.select(pl.col(c).cast(t) for c, t in schema.items()).sort("placement")
 
 
 def trace_lines(rows: pl.DataFrame) -> pl.DataFrame:

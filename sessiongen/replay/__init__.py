@@ -9,6 +9,8 @@ The run's design (its blocks, arrivals, think times and client placements) is
 - :mod:`.modeled`: on one simulated engine, each request states its modeled arrival, so
   that a replay reproduces itself however busy the machine is;
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
+- :mod:`.armcheck`: a block whose replicas say at start they are in the other arm is
+  stopped before it is sent;
 - :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`);
   its plan without running it (:func:`dry_run`).
 """

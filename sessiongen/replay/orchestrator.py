@@ -46,6 +46,7 @@ from sessiongen.records.format import (
     merge_facts,
 )
 from sessiongen.replay import routing, runner, workers
+from sessiongen.replay.armcheck import arm_contradiction
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets import Target, make_target
 from sessiongen.workload.sessions import SessionBuilder
@@ -232,6 +233,7 @@ class _Replay:
             self.result.failures["block_start_failed"] += 1
             self.recorder.save_manifest()
             return
+        await self.check_arm(plan, entry, urls)
         ctx = runner.BlockContext(
             scenario=self.scenario,
             client=client,
@@ -254,7 +256,7 @@ class _Replay:
             await self.warmup(ctx, salt)
             self._progress = BlockProgress(
                 sum(s.turns for s in sessions),
-                f"[{plan.block + 1}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
+                f"[block {plan.block}] {plan.placement}{self._level_text(plan)} cache={plan.cache}",
                 enabled=self.opts.progress,
                 time_scale=self.target.time_scale,
                 unit=RunMeta.from_manifest(self.manifest).seconds,
@@ -277,6 +279,20 @@ class _Replay:
             entry["ended_at"] = io.now_iso()
             merge_facts(entry, await self.target.close_block(next_cache=next_cache))
             await self.recorder.flush()
+
+    async def check_arm(self, plan: BlockPlan, entry: BlockEntry, urls: list[str]) -> None:
+        """Stop the run before the block is sent when its replicas say the other arm
+        (:mod:`.armcheck`): the block is recorded as failed with the evidence, closed,
+        and a one-line :class:`EndpointError` ends the replay (exit status 2)."""
+        evidence = arm_contradiction(
+            plan.block, plan.placement, plan.cache, urls, self.target.connectors()
+        )
+        if evidence is None or self.scenario.target.allow_arm_mismatch:
+            return
+        entry["status"], entry["error"], entry["ended_at"] = "failed", evidence, io.now_iso()
+        merge_facts(entry, await self.target.close_block())
+        self.recorder.save_manifest()
+        raise EndpointError(evidence)
 
     def _level_text(self, plan: BlockPlan) -> str:
         if len(load_levels(self.scenario)) == 1:
@@ -423,7 +439,9 @@ class _Replay:
 
 def dry_run(scenario: Scenario, opts: ReplayOptions) -> list[str]:
     """The replay's plan, one line per block with what the target does to open it, and
-    how salts are given; nothing is started, sent or written."""
+    how salts are given; nothing is started, sent or written. Blocks are numbered from 0,
+    as the manifest, the progress lines and the logs (``switch-0.log``, ``sim-0.log``)
+    number them."""
     target = make_target(scenario, opts.endpoints, opts.cache)
     plan = plan_blocks(scenario, target.runnable_blocks(scenario.design.blocks))
     salts = (
@@ -437,7 +455,8 @@ def dry_run(scenario: Scenario, opts: ReplayOptions) -> list[str]:
     for b in plan:
         level = f" {what}={b.level:g}" if levels else ""
         lines.append(
-            f"[{b.block + 1}] {b.placement}{level} cache={b.cache}: {target.block_action(b.cache)}"
+            f"[block {b.block}] {b.placement}{level} cache={b.cache}: "
+            f"{target.block_action(b.cache)}"
         )
     return lines
 

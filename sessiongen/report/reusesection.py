@@ -24,6 +24,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from sessiongen.analysis import reuse
+from sessiongen.analysis.arms import pool_chunk_tokens
 from sessiongen.analysis.frames import partition
 from sessiongen.capacity.structure import structure
 from sessiongen.errors import SessiongenError
@@ -197,6 +198,79 @@ def _recovered_lines(arms: pl.DataFrame) -> list[str]:
             f"{ci})."
         )
     return out
+
+
+#: LMCache's default chunk (tokens), named beside the pool's own so a reader can compare.
+LMCACHE_DEFAULT_CHUNK = 256
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def recovery_lines(
+    rows: pl.DataFrame, chunk: int | None, block_tokens: int, evictions: str
+) -> list[str]:
+    """Per ON placement with tokens beyond the local hits: why the pool did not recover
+    them all (:func:`~sessiongen.analysis.reuse.recovery_causes`), with the run's figures:
+    the pool's chunk against the trace's block size, the partial chunks at the end of
+    the shared prefixes, whole chunks it did not serve (``evictions``: what the capacity
+    says of those)."""
+    if chunk is None:
+        return [
+            "Why not more: the pool's chunk size is not known for this target (LMCache's "
+            f"default is {LMCACHE_DEFAULT_CHUNK} tokens); the pool serves whole chunks only, "
+            "so the tail of each shared prefix past its last whole chunk is never recovered."
+        ]
+    out = []
+    causes = reuse.recovery_causes(rows, chunk)
+    for r in causes.filter(pl.col("beyond_local_tokens") > 0).iter_rows(named=True):
+        beyond = r["beyond_local_tokens"]
+        partial, missed = r["partial_chunk_tokens"], r["missed_tokens"]
+        short = (
+            f"; {r['short_requests']} of the {_count(r['beyond_requests'], 'request')} with "
+            f"reuse beyond the local hits share less than one chunk, so the pool can give "
+            "them nothing"
+            if r["short_requests"]
+            else ""
+        )
+        said = (
+            f"{r['placement']}: why the pool recovered {r['recovered_tokens']:,} of the "
+            f"{beyond:,} tokens beyond the local hits: it stores and serves whole chunks of "
+            f"{chunk:,} tokens ({chunk / block_tokens:.2f} of the trace's {block_tokens}-token "
+            f"blocks; LMCache's default chunk is {LMCACHE_DEFAULT_CHUNK}). {partial:,} tokens "
+            f"({partial / beyond:.0%}) lie in partial chunks at the end of the shared "
+            f"prefixes{short}. "
+        )
+        if missed:
+            said += (
+                f"{missed:,} tokens ({missed / beyond:.0%}) were in whole chunks the pool did "
+                f"not serve: {evictions}."
+            )
+        else:
+            said += "Every whole chunk within reach was served: no eviction cost anything."
+        out.append(said)
+    return out
+
+
+def eviction_text(footprint_tokens: int | None, pool_tokens: float | None) -> str:
+    """What the pool's capacity says of whole chunks it did not serve."""
+    if footprint_tokens is None or pool_tokens is None:
+        return (
+            "evicted, or not yet stored when asked for (the pool's capacity or the "
+            "trace's footprint is not known, so the two cannot be told apart)"
+        )
+    share = footprint_tokens / pool_tokens
+    if share <= 1:
+        return (
+            f"not evictions (the largest run block's footprint, {footprint_tokens:,} tokens, "
+            f"is {share:.1%} of the pool), so not yet stored when asked for (the request "
+            "that writes them still running)"
+        )
+    return (
+        f"evicted (the largest run block's footprint, {footprint_tokens:,} tokens, is "
+        f"{share:.0%} of the pool), or not yet stored when asked for"
+    )
 
 
 def _distance_part(
@@ -374,6 +448,11 @@ def reuse_section(run: Run, out_dir: Path, note: str) -> list[Element]:
     out: list[Element] = [Heading(HEADING), _trace_paragraph(rows)]
     out.append(Table(arms))
     out += [Paragraph(line) for line in _recovered_lines(arms)]
+    feet = None if lines is None else reuse.footprint(run.requests, lines)["all_blocks"].max()
+    footprint = int(feet) * block_tokens if isinstance(feet, int) else None
+    evictions = eviction_text(footprint, caps["pool_tokens"])
+    chunk = pool_chunk_tokens(run)
+    out += [Paragraph(line) for line in recovery_lines(rows, chunk, block_tokens, evictions)]
     if lines is None:
         out.append(Paragraph(f"Replica share and working set: not enough data: {why}."))
     out += [Heading("Reuse distance", 3), *_distance_part(rows, caps, block_tokens)]

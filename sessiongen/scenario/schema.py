@@ -31,6 +31,8 @@ from sessiongen.errors import ScenarioError
 
 T = TypeVar("T")
 
+#: Top-level fields the loader sets (the scenario's file), never listed as known keys;
+#: ``[sessions] source`` is a user's key and is listed.
 _HIDDEN_KEYS = frozenset({"source"})
 
 
@@ -233,7 +235,7 @@ def _build_dataclass(cls: type[T], raw: Mapping[str, Any], path: str) -> T:
     for key in raw:
         if key not in fields:
             where = f"{path}.{key}" if path else key
-            known = ", ".join(sorted(k for k in fields if k not in _HIDDEN_KEYS))
+            known = ", ".join(sorted(k for k in fields if path or k not in _HIDDEN_KEYS))
             raise _Fail(where, f"unknown key (known keys here: {known})")
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
@@ -250,7 +252,10 @@ def _build_dataclass(cls: type[T], raw: Mapping[str, Any], path: str) -> T:
         if check is not None:
             problem = check(value)
             if problem:
-                raise _Fail(where, f"{problem}, got {_fmt(raw[name])}")
+                # A check that names the offending entry itself ("got 'alternat'") is not
+                # followed by the whole value again.
+                got = "" if ", got " in problem else f", got {_fmt(raw[name])}"
+                raise _Fail(where, problem + got)
         kwargs[name] = value
     try:
         return cls(**kwargs)

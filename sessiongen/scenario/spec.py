@@ -31,6 +31,7 @@ from sessiongen.scenario.routerspec import (
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.sharegptspec import ShareGPTSpec, check_sharegpt_source
 from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.scenario.sourcekeys import check_applies
 from sessiongen.scenario.tracespec import TraceSpec, check_source
 
 PLACEMENT_RE = re.compile(r"^(alternate|fixed|random|move-at:([1-9][0-9]*))$")
@@ -376,6 +377,11 @@ class TargetSpec:
         doc="replay exits 1 when an arm's counters contradict its label (an ON block whose "
         "cross-replica requests show no external hits, an OFF block that shows any)",
     )
+    allow_arm_mismatch: bool = spec(
+        False,
+        doc="replay sends a block whose replicas say at start they are in the other arm "
+        "(a KV connector in an OFF block, none in an ON block) instead of stopping",
+    )
     sim: SimProfile = field(default_factory=SimProfile)
     managed: ManagedSpec = field(default_factory=ManagedSpec)
     router: RouterSpec = field(default_factory=RouterSpec)
@@ -505,7 +511,15 @@ def from_dict(
         raise ScenarioError(source, "source", "unknown key (it is set by the loader)")
     data["source"] = source
     _merge_profile_file(data, source)
-    return schema.build(Scenario, data, source)
+    built = schema.build(Scenario, data, source)
+    # At load only, not in SessionsSpec.__post_init__: the builders derive specs with
+    # dataclasses.replace (a dataset session's own turns), which must not be refused.
+    try:
+        check_applies(built.sessions)
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ScenarioError(source, f"sessions.{key}", message) from None
+    return built
 
 
 #: ``target.sim.profile = "builtin:NAME"`` names a profile shipped in the package.

@@ -66,6 +66,13 @@ class Target(Protocol):
         """Make replicas ready for a block in cache arm ``cache``; return their base URLs."""
         ...
 
+    def connectors(self) -> list[dict[str, Any]]:
+        """What each replica of the open block said of its KV connector when it opened,
+        in URL order (a :class:`~sessiongen.client.engine.KvConnector` each: empty where
+        it said nothing; an empty list where the target does not ask). Replay stops a
+        block whose replicas contradict its arm before sending it."""
+        ...
+
     async def open_gateway(self, placement: str) -> str | None:
         """Where a block of ``placement`` sends every turn: for ``router:POLICY`` a router
         started in front of the open block's replicas, for ``gateway`` the user's

@@ -171,6 +171,9 @@ class EndpointsTarget:
     async def open_block(self, cache: str) -> list[str]:
         return self.urls
 
+    def connectors(self) -> list[dict[str, Any]]:
+        return said_connectors(self.servers)
+
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{self._blocks}.log")
         return await self.routers.open(placement, self.urls, log)

@@ -141,6 +141,9 @@ class ManagedTarget:
             raise
         return pair
 
+    def connectors(self) -> list[dict[str, Any]]:
+        return list(self._connectors)
+
     async def open_gateway(self, placement: str) -> str | None:
         pair = self._pair
         if pair is None:

@@ -100,6 +100,9 @@ class PairsTarget:
         self._open = cache
         return self.pairs[cache]
 
+    def connectors(self) -> list[dict[str, Any]]:
+        return said_connectors(self.servers[self._open]) if self._open is not None else []
+
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{self._blocks}.log")
         return await self.routers.open(placement, self.pairs[self._open or "off"], log)

@@ -81,6 +81,9 @@ class SimTarget:
             await asyncio.to_thread(self._handle.reset, True)
         return self._urls
 
+    def connectors(self) -> list[dict[str, Any]]:
+        return []  # started by sessiongen itself in the block's arm: nothing to contradict
+
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{self._blocks}.log")
         return await self.routers.open(placement, self._urls, log)

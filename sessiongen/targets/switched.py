@@ -170,7 +170,8 @@ class SwitchedTarget:
                     ]
                     if not wrong:
                         return engines
-                    why = f"still report the other arm than cache {cache}: {', '.join(wrong)}"
+                    other = "off" if cache == "on" else "on"
+                    why = f"still reporting cache {other}, not {cache}: {', '.join(wrong)}"
                 else:
                     down = [u for u, ok in zip(self.urls, healthy, strict=True) if not ok]
                     why = f"not healthy: {', '.join(down)}"
@@ -180,6 +181,10 @@ class SwitchedTarget:
                         f"(target.switch_timeout_s) the replicas were {why}"
                     )
                 await asyncio.sleep(POLL_S)
+
+    def connectors(self) -> list[dict[str, Any]]:
+        engines = self.switches[-1].get("engine") or [] if self.switches else []
+        return [dict(e.get("kv_connector") or {}) for e in engines]
 
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{len(self.switches) - 1}.log")

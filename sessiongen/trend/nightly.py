@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,14 +214,35 @@ def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: 
     return run
 
 
+def _outcome(run: NightlyRun) -> str:
+    """One scenario's outcome in a few words, for the step lines."""
+    if run.error is not None:
+        return f"could not run: {run.error}"
+    if run.interrupted:
+        return "interrupted"
+    said = f"{run.requests} requests" + (f", {run.failed} failed" if run.failed else "")
+    if run.report:
+        for n, what in ((len(run.limits), "limit"), (len(run.problems), "problem")):
+            said += f", {n} {what}{'' if n == 1 else 's'}"
+    return said + (f"; report {run.report}" if run.report else "")
+
+
 def run_nightly(
-    config_path: str | Path, store: str | Path, runs_dir: str | Path, *, progress: bool = False
+    config_path: str | Path,
+    store: str | Path,
+    runs_dir: str | Path,
+    *,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> NightlyResult:
     """Run the suite of ``config_path``, add the runs to ``store``, check, plot, summarize.
 
     Config errors raise :class:`ScenarioError` before anything runs. Ctrl-C stops after
-    the current scenario (which keeps what it measured) and skips the rest.
+    the current scenario (which keeps what it measured) and skips the rest. ``say`` gets
+    one line as each step starts and ends (a scenario's replay takes minutes; without
+    ``progress`` nothing else is printed meanwhile).
     """
+    tell = say or (lambda _line: None)
     suite = load_suite(config_path)
     cfg = suite.config
     store, runs_dir = Path(store), Path(runs_dir)
@@ -229,8 +251,11 @@ def run_nightly(
     ensure_dir(out_dir)
     ensure_dir(store)  # a store that cannot be written fails now, not after the suite ran
     runs: list[NightlyRun] = []
-    for sc in suite.scenarios:
+    total = len(suite.scenarios)
+    for i, sc in enumerate(suite.scenarios, start=1):
+        tell(f"nightly: [{i}/{total}] {sc.name}: replaying {sc.source}")
         runs.append(_run_one(sc, store, runs_dir, cfg.report, progress))
+        tell(f"nightly: [{i}/{total}] {sc.name}: {_outcome(runs[-1])}")
         if runs[-1].interrupted:
             break
     added = [r.stored for r in runs if r.stored is not None]
@@ -245,6 +270,7 @@ def run_nightly(
     }
     check, plots = None, []
     if any(any((store / f).glob("*.parquet")) for f in check_args["folders"]):
+        tell(f"nightly: checking the trend in {store}")
         check = trend.trend_check(store, **check_args)
         if cfg.plot:
             plots = trend_plot(store, out_dir / "plots", **check_args)
@@ -292,14 +318,15 @@ def headline(result: NightlyResult) -> str:
 
 
 def _cautions(result: NightlyResult) -> list[str]:
-    """Each run's Problems and Limits, as its report leads with them."""
+    """Each run's Limits and Problems, in its report's order (its Limits, then its
+    Problems, each in the report's order), as the notebook lists them too."""
     out: list[str] = []
     for r in result.runs:
         if not (r.problems or r.limits):
             continue
         out += [f"### {r.scenario}", ""]
-        out += [f"- Problem: {text}" for text in r.problems]
         out += [f"- Limit: {text}" for text in r.limits]
+        out += [f"- Problem: {text}" for text in r.problems]
         out.append("")
     return ["## Problems and limits of tonight's runs", "", *out] if out else []
 

@@ -455,13 +455,11 @@ class SessionBuilder:
 
     def _check_trace(self) -> None:
         """Read the trace (one line naming file, line and field if it is bad) and check
-        what a trace replay does not do: probes, its own load schedule, too much memory."""
+        what a trace replay does not do: its own load schedule, too much memory."""
         sc = self.scenario
         src = sc.source
-        if sc.sessions.probe != "none":
-            raise ScenarioError(
-                src, "sessions.probe", 'expected "none" for a trace (probes are synthetic-only)'
-            )
+        # sessions.probe and the other synthetic-only keys: refused at load
+        # (sessiongen.scenario.sourcekeys).
         if sc.load.arrival != "closed" or sc.load.levels:
             raise ScenarioError(
                 src,
@@ -490,19 +488,11 @@ class SessionBuilder:
         refuse what a dataset replay does not do, check the context and memory."""
         sc = self.scenario
         src, spec = sc.source, sc.sessions
-        if spec.probe != "none":
-            raise ScenarioError(
-                src, "sessions.probe", 'expected "none" for a dataset (probes are synthetic-only)'
-            )
+        # sessions.probe, shared_prefix_tokens and the other synthetic-only keys: refused
+        # at load (sessiongen.scenario.sourcekeys).
         if spec.history == "none":
             raise ScenarioError(
                 src, "sessions.history", 'expected "frozen" or "live" for a conversation dataset'
-            )
-        if spec.shared_prefix_tokens:
-            raise ScenarioError(
-                src,
-                "sessions.shared_prefix_tokens",
-                "expected 0 for a conversation dataset (its system turns are the shared prompt)",
             )
         self._chat = chat_sessions(
             sc, self.generator, lambda key: marker(self.generator, self.salt, key)

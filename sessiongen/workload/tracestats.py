@@ -46,7 +46,8 @@ class TraceSummary:
     """Counts and reuse of a trace (times in replay ms, after any speedup)."""
 
     requests: int
-    sessions: int
+    sessions: int  # as the replay makes them: each session_id, and each line without one
+    single_requests: int  # lines without a session_id: a one-turn session each
     span_ms: float
     input_tokens: int
     output_tokens: int
@@ -65,7 +66,7 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
     """One pass over a trace's requests (see the module docstring for the reuse rule)."""
     seen = _Seen()
     sessions: set[str] = set()
-    n = inputs = outputs = longest = longest_line = reusable = distinct = 0
+    n = inputs = outputs = longest = longest_line = reusable = distinct = single = 0
     last_ts = 0.0
     for req in requests:
         n += 1
@@ -77,6 +78,8 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
             last_ts = req.timestamp_ms
         if req.session_id is not None:
             sessions.add(req.session_id)
+        else:
+            single += 1
         leading = True
         for k, h in enumerate(req.hash_ids):
             if h in seen:
@@ -88,7 +91,8 @@ def summarize(requests: Iterable[TraceRequest], block_tokens: int) -> TraceSumma
                 seen.add(h)
     return TraceSummary(
         requests=n,
-        sessions=len(sessions),
+        sessions=len(sessions) + single,
+        single_requests=single,
         span_ms=last_ts,
         input_tokens=inputs,
         output_tokens=outputs,

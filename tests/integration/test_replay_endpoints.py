@@ -147,9 +147,11 @@ def test_sim_serve_as_endpoints_is_simulated_in_modeled_seconds(
     assert target["time_scale_known"] is True and "SIMULATED" in target["note"]
     assert "Median TTFT per turn, modeled seconds (target: SIMULATED (endpoints))" in result.output
     assert "\r" not in result.output
-    progress = [line for line in result.output.splitlines() if re.match(r"\[\d+\] fixed", line)]
-    assert progress[0] == "[1] fixed cache=on: 0/4 turns"  # one line as each block starts
-    assert progress[-1].startswith("[2] fixed cache=on: 4/4 turns, ")  # and as it ends
+    progress = [
+        line for line in result.output.splitlines() if re.match(r"\[block \d+\] fixed", line)
+    ]
+    assert progress[0] == "[block 0] fixed cache=on: 0/4 turns"  # one line as each block starts
+    assert progress[-1].startswith("[block 1] fixed cache=on: 4/4 turns, ")  # and as it ends
     assert all(" turns/s, errors 0" in line for line in progress if "4/4" in line)
     run = analysis.load_run(run_dir)
     raw = pl.read_parquet(run_dir / "requests.parquet").filter(~pl.col("warmup"))

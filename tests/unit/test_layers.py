@@ -1,4 +1,4 @@
-"""The package's layer rules (CONVENTIONS.md, "The shape"), read off the imports.
+"""The package's layer rules (docs/architecture.md, "The layer rules"), read off the imports.
 
 Every ``import`` and ``from ... import`` of every module of a subpackage counts, at any
 depth (a function-level import hides a dependency as well as a top-level one), relative

@@ -34,17 +34,24 @@ def test_trace_settings_load_and_find_the_file_beside_the_scenario(tmp_path: Pat
     tr = sc.sessions.trace
     assert (tr.block_tokens, tr.speedup, tr.limit, tr.window()) == (16, 2.0, 5, (100.0, 900.0))
     assert tr.path(sc.source) == tmp_path / "t.jsonl"
-    assert load(tmp_path, "[sessions.trace]\nwindow_ms = 60000\n").sessions.trace.window() == 60000
+    one = '[sessions]\nsource = "trace"\n[sessions.trace]\nfile = "t.jsonl"\nwindow_ms = 60000\n'
+    assert load(tmp_path, one).sessions.trace.window() == 60000
     assert scenario.from_dict({"name": "x"}).sessions.trace.window() is None
     got = list(read_trace(tr.path(sc.source), block_tokens=tr.block_tokens, window=(0.0, 1.0)))
     assert [r.line for r in got] == [1]
 
 
 def test_trace_settings_count_in_the_digest_when_used() -> None:
-    shipped = ROOT / "scenarios" / "smoke.toml"
-    base = scenario.load(shipped)
-    assert base.digest() == scenario.load(shipped, ["sessions.source=synthetic"]).digest()
-    traced = scenario.load(shipped, ["sessions.source=trace", "sessions.trace.file=t.jsonl"])
+    # A bare scenario: smoke.toml's synthetic keys (count, turns, ...) do not apply to a
+    # trace and are refused with source = "trace" (test_inapplicable_keys.py).
+    base = scenario.from_dict({"name": "x"})
+    assert (
+        base.digest()
+        == scenario.from_dict({"name": "x"}, overrides=["sessions.source=synthetic"]).digest()
+    )
+    traced = scenario.from_dict(
+        {"name": "x"}, overrides=["sessions.source=trace", "sessions.trace.file=t.jsonl"]
+    )
     assert base.digest() != traced.digest()
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from sessiongen import replay, trend
+from sessiongen.cli import cli
 from sessiongen.errors import EndpointError, ScenarioError
 from sessiongen.scenario import schema
 from sessiongen.scenario.spec import Scenario
@@ -328,3 +331,24 @@ def test_the_summary_carries_the_runs_problems_and_limits(
     assert text.splitlines()[0].endswith("UTC: OK, WITH LIMITS in 1 of 2 runs")
     assert "## Problems and limits of tonight's runs" in text and "### tiny" in text
     assert f"- Limit: {tiny.limits[0]}" in text and "Only 2 sessions per arm" in text
+
+
+def test_the_night_says_each_step_and_lists_limits_before_problems(
+    tmp_path: Path, stand_in: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32 item 8: the nightly was silent for minutes by default, and its summary
+    listed a run's Problems before its Limits, the other way round from the report."""
+    config = suite(tmp_path, "tiny", "down")
+    result = CliRunner().invoke(
+        cli, ["nightly", str(config), "--store", str(tmp_path / "s"), "--runs-dir", str(tmp_path)]
+    )
+    steps = [line for line in result.stderr.splitlines() if line.startswith("nightly: ")]
+    assert steps[0] == f"nightly: [1/2] tiny: replaying {SMOKE}"
+    done = r"nightly: \[1/2\] tiny: 48 requests, \d+ limits?, 0 problems; report "
+    assert re.match(done, steps[1]), steps[1]
+    assert steps[3].startswith("nightly: [2/2] down: could not run: http://127.0.0.1:9")
+    assert steps[-1] == f"nightly: checking the trend in {tmp_path / 's'}"
+    night = nightly.NightlyResult(tmp_path, tmp_path / "s.md", [], [], None, [])
+    night.runs.append(nightly.NightlyRun("x", "x.toml", folder="x", problems=("P",), limits=("L",)))
+    lines = nightly._cautions(night)  # the report's order: Limits, then Problems
+    assert lines.index("- Limit: L") < lines.index("- Problem: P")

@@ -143,15 +143,15 @@ def test_live_history_counts_the_real_answers() -> None:
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("sessions.history=none", "sessions.history"),
-        ("sessions.probe=needle", "sessions.probe"),
-        ("sessions.shared_prefix_tokens=64", "sessions.shared_prefix_tokens"),
+        ("sessions.history=none", "sessions.history: expected"),
+        ("sessions.probe=needle", "sessions.probe: does not apply to a sharegpt source"),
+        ("sessions.shared_prefix_tokens=64", "sessions.shared_prefix_tokens: does not apply"),
     ],
 )
 def test_what_a_dataset_replay_does_not_do_is_refused(override: str, field: str) -> None:
     with pytest.raises(ScenarioError) as info:
         build(override)
-    assert f": {field}: expected" in str(info.value)
+    assert f": {field}" in str(info.value)
 
 
 def test_a_turn_beyond_the_models_context_is_refused_before_anything_is_sent() -> None:

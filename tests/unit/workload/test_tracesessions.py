@@ -107,7 +107,7 @@ def test_placement_can_key_on_the_prefix_root() -> None:
 @pytest.mark.parametrize(
     ("overrides", "where"),
     [
-        (["sessions.probe=needle"], 'sessions.probe: expected "none" for a trace'),
+        (["sessions.probe=needle"], "sessions.probe: does not apply to a trace source"),
         (['load.arrival="poisson"', "load.levels=[1.0]"], "load: a trace's arrivals are"),
     ],
 )

@@ -31,7 +31,8 @@ def test_reuse_counts_leading_blocks_seen_before_only() -> None:
         ],
         block_tokens=512,
     )
-    assert (s.requests, s.sessions, s.span_ms) == (7, 2, 60.0)
+    # a and b, and the 4 lines without a session_id (a one-turn session each, as replayed)
+    assert (s.requests, s.sessions, s.single_requests, s.span_ms) == (7, 6, 4, 60.0)
     assert (s.input_tokens, s.output_tokens) == (5120, 49)
     assert (s.longest_input, s.longest_line) == (1500, 2)
     assert s.distinct_blocks == 6
@@ -48,7 +49,12 @@ def test_trace_info_reads_a_trace_and_refuses_a_bad_one_in_one_line(tmp_path: Pa
     good.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     ok = CliRunner().invoke(cli, ["trace-info", str(good)])
     assert ok.exit_code == 0, ok.output
-    assert "2 requests, 0 sessions, last arrival at 2.5 s" in ok.output
+    # One-turn requests are sessions, as the replay makes them (issue 32: "0 sessions")
+    assert "2 requests, 2 sessions (2 of one request: no session_id), last arrival at 2.5 s" in (
+        ok.output
+    )
+    helped = CliRunner().invoke(cli, ["trace-info", "--help"]).output
+    assert "--speedup" in helped and "sessions.trace.speedup" in helped
     assert "serves 26.9% of input tokens" in ok.output  # 512 of 1900
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(orjson.dumps(rows[1]) + b"\n" + orjson.dumps(rows[0]) + b"\n")

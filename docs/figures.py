@@ -1,0 +1,148 @@
+"""Figures the docs quote, kept in data files beside the run that produced them.
+
+A figure is never typed into prose by hand. ``python docs/figures.py RUN_DIR NAME --command
+"..."`` reads a finished run folder (its manifest, ``report/decision.csv`` and
+``report/summary.csv``) and writes ``docs/data/NAME.json``: the command, the run id, the
+commit, the date, the machine, the load average when it was recorded, the wall time, and
+every figure of the decision table and of the per-turn speedups, under keys such as
+``alternate.session_gain`` or ``alternate.turn2.speedup``. With ``--picture`` it copies the
+run's per-turn speedup plot to ``docs/assets/NAME-speedup.png`` too.
+
+A docs page quotes a figure as ``{{ NAME:KEY:FORMAT }}`` (``{{ demo:alternate.session_gain:.2f }}``)
+and the run's provenance as ``{{ NAME:@source }}``; the mkdocs hook in ``gen_reference.py``
+fills them in, and an unknown name or key fails the build. The README, which GitHub shows as
+written, quotes figures in sentences that ``tests/unit/test_docs_figures.py`` rebuilds from the
+same data file, so a figure and its source cannot disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+ASSETS = HERE / "assets"
+PLACEHOLDER = re.compile(r"\{\{ *([a-z0-9_-]+):([@a-z0-9_.]+)(?::([^ }]*))? *\}\}")
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """The figures of a finished run, flat: ``PLACEMENT.COLUMN`` and ``PLACEMENT.turnN.speedup``."""
+    figures: dict[str, Any] = {}
+    with (run_dir / "report" / "decision.csv").open() as f:
+        for row in csv.DictReader(f):
+            for column, value in row.items():
+                if column != "placement" and value != "":
+                    figures[f"{row['placement']}.{column}"] = _number(value)
+    with (run_dir / "report" / "summary.csv").open() as f:
+        for row in csv.DictReader(f):
+            if row["cache"] == "on" and row["speedup"]:
+                for column in ("speedup", "speedup_ci_low", "speedup_ci_high"):
+                    figures[f"{row['placement']}.turn{row['turn']}.{column}"] = float(row[column])
+    return figures
+
+
+def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> Path:
+    """Write ``docs/data/NAME.json`` from ``run_dir`` (and the picture, when asked)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    started = datetime.fromisoformat(manifest["started_at"])
+    ended = datetime.fromisoformat(manifest["ended_at"])
+    host = manifest["host"]
+    data = {
+        "command": command,
+        "run_id": manifest["run_id"],
+        "commit": manifest["tool"]["git_sha"],
+        "date": started.date().isoformat(),
+        "machine": f"{host['cpu_count']} cores, {host['machine']}, {host['platform']}",
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round((ended - started).total_seconds()),
+        "uncommitted_changes": _uncommitted(),
+        "figures": read_run(run_dir),
+    }
+    DATA.mkdir(exist_ok=True)
+    out = DATA / f"{name}.json"
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if picture:
+        ASSETS.mkdir(exist_ok=True)
+        shutil.copyfile(run_dir / "report" / "speedup.png", ASSETS / f"{name}-speedup.png")
+    return out
+
+
+def _uncommitted() -> int:
+    """Files of the package and the scenarios that differ from the commit, when recorded
+    (the run's code was the commit's only when this is 0)."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--", "sessiongen", "scenarios"],
+        cwd=HERE.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(status.stdout.splitlines())
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text())
+    return data
+
+
+def source_line(data: dict[str, Any]) -> str:
+    """Where a data file's figures come from, in one line."""
+    load1 = data["load_average_after"][0]
+    return (
+        f"`{data['command']}`, run {data['run_id']} of {data['date']} at commit "
+        f"{data['commit'][:10]}, {data['machine']}, {data['wall_s']} s wall, "
+        f"load average {load1:g} when recorded"
+        + (
+            f", {data['uncommitted_changes']} files of the package not yet committed"
+            if data.get("uncommitted_changes")
+            else ""
+        )
+    )
+
+
+def fill(markdown: str) -> str:
+    """Replace every ``{{ NAME:KEY:FORMAT }}`` with its figure; unknown ones raise."""
+    cache: dict[str, dict[str, Any]] = {}
+
+    def one(match: re.Match[str]) -> str:
+        name, key, spec = match.groups()
+        if name not in cache:
+            if not (DATA / f"{name}.json").exists():
+                raise KeyError(f"{match.group(0)}: no docs/data/{name}.json")
+            cache[name] = load(name)
+        data = cache[name]
+        if key == "@source":
+            return source_line(data)
+        if key.startswith("@"):
+            return format(data[key[1:]], spec or "")
+        if key not in data["figures"]:
+            raise KeyError(f"{match.group(0)}: docs/data/{name}.json has no figure {key}")
+        return format(data["figures"][key], spec or "")
+
+    return PLACEHOLDER.sub(one, markdown)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("name")
+    parser.add_argument("--command", required=True, help="the command that made the run")
+    parser.add_argument("--picture", action="store_true", help="copy its speedup.png too")
+    args = parser.parse_args()
+    print(record(args.run_dir, args.name, args.command, picture=args.picture))

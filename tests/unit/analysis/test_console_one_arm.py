@@ -1,0 +1,30 @@
+"""The console table of a one-arm run has no speedup column, and a missing ratio reads
+"-" (issue 32 item 8: "-x" in single-arm speedup columns)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+
+from sessiongen import analysis
+from tests.support.synthetic import SyntheticSpec, write_run
+
+
+def test_a_one_arm_run_has_its_arm_and_no_speedup(tmp_path: Path) -> None:
+    spec = SyntheticSpec(sessions=2, turns=2, placements=("fixed",), blocks=("on", "on"))
+    text = analysis.console_table(analysis.load_run(write_run(tmp_path, spec)))
+    lines = text.splitlines()
+    assert lines[1].startswith("cache on only: no speedup until the other arm's run")
+    assert lines[2].split() == ["turn", "fixed", "on"]
+    assert "x" not in "".join(lines[3:]) and "speedup" not in lines[2]
+
+
+def test_a_missing_ratio_reads_a_dash(tmp_path: Path) -> None:
+    spec = SyntheticSpec(sessions=2, turns=2, placements=("fixed",))
+    run = analysis.load_run(write_run(tmp_path, spec))
+    gone = (pl.col("cache") == "on") & (pl.col("turn") == 2)
+    run = dataclasses.replace(run, requests=run.requests.filter(~gone))
+    last = analysis.console_table(run).splitlines()[-1].split()
+    assert last[0] == "2" and last[-1] == "-" and last[-2] == "-"
