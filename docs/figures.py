@@ -83,17 +83,17 @@ def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> 
     return out
 
 
-def _uncommitted() -> int:
+def _uncommitted() -> int | None:
     """Files of the package and the scenarios that differ from the commit, when recorded
-    (the run's code was the commit's only when this is 0)."""
+    (the run's code was the commit's only when this is 0; None outside a git checkout)."""
     status = subprocess.run(
         ["git", "status", "--porcelain", "--", "sessiongen", "scenarios"],
         cwd=HERE.parent,
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
-    return len(status.stdout.splitlines())
+    return len(status.stdout.splitlines()) if status.returncode == 0 else None
 
 
 def load(name: str) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def source_line(data: dict[str, Any]) -> str:
     load1 = data["load_average_after"][0]
     return (
         f"`{data['command']}`, run {data['run_id']} of {data['date']} at commit "
-        f"{data['commit'][:10]}, {data['machine']}, {data['wall_s']} s wall, "
+        f"{(data['commit'] or 'unknown')[:10]}, {data['machine']}, {data['wall_s']} s wall, "
         f"load average {load1:g} when recorded"
         + (
             f", {data['uncommitted_changes']} files of the package not yet committed"
