@@ -203,8 +203,10 @@ def _header(run: Run) -> list[Element]:
 
 def _simulated_note(run: Run) -> str:
     """Which simulator the replicas were, and where the time scale came from."""
-    if run.meta.target_kind != "endpoints":
+    if run.meta.target_kind == "sim":
         return "SIMULATED target: the replicas were the embedded simulator."
+    if run.meta.target_kind == "plan":
+        return "SIMULATED target: planned on the simulator's virtual clock (no replicas ran)."
     if run.modeled:
         return (
             "SIMULATED target: the endpoints said they are simulated replicas (their "

@@ -56,7 +56,7 @@ def test_few_sessions_are_warned_about_in_console_and_report(
     [warning] = interval_warnings(analysis.load_run(few))
     assert "Only 4 sessions per arm" in warning and f"at least {stats.MIN_SESSIONS}" in warning
     assert "87% to 93%" in warning
-    cli._summarize(few, report=True)
+    cli._summarize(few, report=True, pays_at=1.1)
     printed = capsys.readouterr().out
     assert "warning: Only 4 sessions per arm" in printed
     assert "Only 4 sessions per arm" in (few / "report" / "report.md").read_text()
