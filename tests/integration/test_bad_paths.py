@@ -81,6 +81,7 @@ ROLES: dict[tuple[str, str], str] = {
     ("nightly", "runs_dir"): DIR_OUT,
     ("fit", "run_dirs"): RUN_IN,
     ("fit", "output"): FILE_OUT,
+    ("fit", "heldout"): RUN_IN,
     ("plan", "scenario_file"): TOML,
     ("plan", "profile"): TOML,
     ("plan", "runs_dir"): DIR_OUT,
@@ -130,8 +131,9 @@ def command_line(command: str, param: str, value: Path, tmp: Path) -> list[str]:
         return ["nightly", config, "--store", store, "--runs-dir", runs]
     if command == "fit":
         run = write_probe_run(tmp / "fit", TRUTH, noise=0.0, seed=0) if param != "run_dirs" else v
+        heldout = ["--heldout", v] if param == "heldout" else []
         return ["fit", str(run), "-o", pick("output", tmp / "p.toml"),
-                "--kv-bytes-per-token", "2048"]  # fmt: skip
+                "--kv-bytes-per-token", "2048", *heldout]  # fmt: skip
     if command == "plan":
         profile = ["--profile", v] if param == "profile" else []
         return ["plan", pick("scenario_file", SMOKE), *profile,
