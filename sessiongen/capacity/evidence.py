@@ -24,7 +24,6 @@ here runs anything.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,10 +52,6 @@ class Evidence:
     source: str | None = None
     model_error: dict[str, float] = field(default_factory=dict)  # regime -> log-scale SD
     model_error_source: str = ""
-
-    def sigma(self, regime: str) -> float:
-        """The model's error in ``regime`` (log-scale SD); NaN where nothing measured it."""
-        return self.model_error.get(regime, math.nan)
 
     def line(self) -> str:
         """One line naming the profile and what it stands on."""

@@ -43,6 +43,7 @@ from sessiongen.capacity.decision import (
     with_verdicts,
 )
 from sessiongen.capacity.reduction import ARM, whatif_rows
+from sessiongen.capacity.uncertainty import Z95
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml
@@ -63,9 +64,6 @@ REGIMES = ("one_in_flight", "loaded")
 DEFAULTS_FILE = Path(__file__).resolve().parent / "model_error.toml"
 #: The median of |X| for X ~ N(0, sigma^2) is 0.6745 sigma (the normal's 75th percentile).
 NORMAL_MEDIAN_ABS = 0.6745
-#: z of a two-sided 95% interval: a measured interval's half width on the log scale over
-#: this is its standard error.
-Z95 = 1.959964
 #: Plan replicates per held-out run (seeds and the profile's draws), as the project's
 #: held-out bench plans them (``bench/heldout_decision.py --seeds 10``).
 HELDOUT_REPLICATES = 10
