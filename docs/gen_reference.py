@@ -241,7 +241,7 @@ def records_page() -> str:
         "",
         "The columns of the tables a run and a plan write, from their definitions in the "
         "code (`sessiongen/records/format.py`, `sessiongen/capacity/grid.py`). "
-        "`summary.csv` is described in [Outputs](outputs.md).",
+        "`summary.csv` is described under [Analysis](../concepts/statistics.md#analysis).",
         "",
     ]
     for title, intro, rows in record_tables():

@@ -13,6 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,33 @@ def test_an_unknown_figure_fails() -> None:
         FIGURES.fill("{{ demo:alternate.no_such_figure:.2f }}")
     with pytest.raises(KeyError, match="no docs/data"):
         FIGURES.fill("{{ nosuchrun:alternate.session_gain }}")
+
+
+def demo_sentence(data: dict[str, Any]) -> str:
+    """The README's demo sentence, rebuilt from ``docs/data/demo.json``."""
+    f = data["figures"]
+
+    def gain(placement: str) -> str:
+        return (
+            f"{f[placement + '.session_gain']:.2f}x "
+            f"[{f[placement + '.session_gain_low']:.2f}, {f[placement + '.session_gain_high']:.2f}]"
+        )
+
+    return (
+        f"the pool's whole-session gain is **{gain('alternate')}** when turns alternate "
+        f"between the replicas ({f['alternate.verdict']} at {f['alternate.pays_at']:g}x) "
+        f"and **{gain('fixed')}** when each session stays on one ({f['fixed.verdict']}); "
+        f"turn 2 alone, the first on the other replica, is "
+        f"{f['alternate.turn2.speedup']:.1f}x faster"
+    )
+
+
+def test_the_readme_quotes_the_demo_as_its_data_file_has_it() -> None:
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    expected = demo_sentence(FIGURES.load("demo"))
+    assert expected in readme, f"README should say: {expected}"
+    assert "docs/assets/demo-speedup.png" in readme
+    assert (DOCS / "assets" / "demo-speedup.png").stat().st_size > 10_000
 
 
 def test_a_recorded_run_gives_its_figures_and_provenance(
