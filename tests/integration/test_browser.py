@@ -271,7 +271,8 @@ async def test_a_broken_image_and_a_console_error_are_caught(tmp_path: Path) -> 
     )
     async with browser(tmp_path) as tools:
         caught = await open_page(tools, planted.as_uri(), "planted")
-    assert caught.broken_images == [planted.with_name("missing.png").as_uri()]
+    (broken,) = caught.broken_images  # its address, cut to 80 characters
+    assert planted.with_name("missing.png").as_uri().startswith(broken)
     assert any("planted" in e for e in caught.errors), caught.errors
     assert caught.decision_top is not None
 
