@@ -58,9 +58,9 @@ real-stack: $(STAMP)
 	$(TIMED) real-stack scripts/install-real-stack.sh $(VENV)
 
 ## Real vLLM + LMCache replicas on the CPU: the session's shared pool-ON and pool-OFF pairs
-## plus the pairs of the tests about them (tests/realstack/conftest.py); 33 tests in 20 min
-## 47 s on 2 cores with other jobs on the machine (load average 4-14), six pair starts (one
-## more than its phases need, since fixed) where it used to start twelve.
+## plus the pairs of the tests about them (tests/realstack/conftest.py): five pair starts
+## where it used to start twelve. 33 tests in 12 min 53 s on 2 cores (load average 0.3 at
+## the start, up to 9.4 from other jobs), 20 min 47 s in a busier run (4-14, one more start).
 test-real: real-stack router
 	$(TIMED) test-real $(BIN)/pytest -m realstack -q
 
