@@ -41,6 +41,9 @@ DEFAULT_OUTPUT = Path("report") / "analysis.html"
 SUFFIXES = (".html", ".ipynb")
 #: Seconds any one cell may take (a large run's bootstrap takes tens).
 CELL_TIMEOUT_S = 600
+#: Seconds the kernel may take to start: nbclient's 60 s default was missed on a loaded
+#: 2-core machine (load average about 9, the fast tier's two workers beside other jobs).
+KERNEL_START_S = 300
 #: How the kernel is reached (:func:`run_notebook`).
 KERNEL_TRANSPORT = "ipc"
 
@@ -91,6 +94,7 @@ def run_notebook(
         client = NotebookClient(
             nb,
             timeout=timeout_s,
+            startup_timeout=KERNEL_START_S,
             kernel_name="python3",
             resources={"metadata": {"path": str(path)}},
             config=Config({"KernelManager": transport}),
