@@ -122,7 +122,7 @@ class CellNoise:
 
 
 #: Used when nothing better is known: the upper half of the 3-5% night-to-night noise per
-#: cell that the trend store measured on real replicas (README, Nightly trend).
+#: cell that the trend store measured on real replicas (docs/guides/nightly.md).
 DEFAULT_RUN_NOISE = RunNoise(
     0.04, "assumed: give --run-noise from A/A runs, several runs a side, or --store"
 )

@@ -2,7 +2,7 @@
 
 The CLI, the notebook and the nightly job reach these through :mod:`sessiongen.analysis`.
 
-Definitions (the README links here)
+Definitions (docs/concepts/statistics.md links here)
 -----------------------------------
 - **Modeled seconds.** Every duration is in modeled seconds, ``measured /
   manifest["target"]["time_scale"]`` (converted at load, see :mod:`sessiongen.records.run`).

@@ -24,7 +24,7 @@ Methods
   normal rather than Student quantiles. The expansion takes the bootstrap quantiles at
   ``alpha' / 2 = Phi(-sqrt(n / (n - 1)) t_{alpha/2, n-1})`` instead of ``alpha / 2``
   (:func:`expanded_conf`). bench/interval_coverage.py measures what it buys for the
-  speedup interval (README, Analysis): at 4 sessions the coverage of a nominal 95%
+  speedup interval (docs/concepts/statistics.md): at 4 sessions the coverage of a nominal 95%
   interval rises from 84-88% to 89-93% over unimodal models of per-session variation
   (a hit/miss mixture gains nothing there: 87%, its resamples take few values); at 8,
   from 89% to 96% for the mixture; at 2 sessions (3 distinct resamples) nothing helps
@@ -87,7 +87,7 @@ _CHUNK_ELEMENTS = 1 << 22
 #: speedup covers near its nominal level. bench/interval_coverage.py measured the
 #: coverage of nominal 95% intervals over four models of per-session variation: 48-53%
 #: at 2 sessions, 75-82% at 3, 87-93% at 4, 94-96% at 5, 96-99% at 6 and 8
-#: (:data:`sessiongen.analysis.adequacy.MEASURED_COVERAGE`, README, Analysis).
+#: (:data:`sessiongen.analysis.adequacy.MEASURED_COVERAGE`, docs/concepts/statistics.md).
 MIN_SESSIONS = 5
 
 

@@ -1,7 +1,7 @@
 """Models of vllm-router's policies for the planner: which replica a routed turn lands on.
 
 These are models of what vllm-router 0.1.17 was measured to do in front of the
-simulated pair (``sessiongen.scenario.routerspec``; the README's "Routers" section),
+simulated pair (``sessiongen.scenario.routerspec``; docs/guides/routers.md),
 not its code. Each model sees what the router sees when a request arrives: the
 session id (sessiongen sends it in a header), the prompt's KV block keys (for
 ``cache_aware``, standing in for its character radix tree) and the requests it has

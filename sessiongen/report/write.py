@@ -696,7 +696,7 @@ def _method(run: Run, boot: Bootstrap, logprob_tol: float) -> list[Element]:
                 "intervals in both arms at once when both replay the same sessions (paired), "
                 "else each arm on its own. With fewer than "
                 f"{MIN_SESSIONS} sessions per arm they cover less than stated "
-                "(bench/interval_coverage.py; README, Analysis).",
+                "(bench/interval_coverage.py; docs/concepts/statistics.md).",
                 _contamination_method(run),
                 "Correctness: answers are compared only between requests that sent the same "
                 "prompt (prompt_digest), and counted against the OFF arm: a cache failure is "

@@ -7,7 +7,7 @@ Either way the router, not the client, picks the replica, and replay finds out w
 one served each turn.
 
 What vllm-router 0.1.17 keys each policy on, for chat requests (measured against the
-simulated pair, 2 workers; see the README's "Routers" section):
+simulated pair, 2 workers; see docs/guides/routers.md):
 
 - ``consistent_hash``: the first non-empty header of ``x-session-id``, ``x-user-id``,
   ``x-tenant-id``, ``x-correlation-id``, ``x-request-id``, ``x-trace-id``. Without one
