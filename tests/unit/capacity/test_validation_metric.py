@@ -35,3 +35,30 @@ def test_coverage_and_verdicts_per_regime() -> None:
     )
     low, high = module.clopper_pearson(2, 4)
     assert low == pytest.approx(0.0676, abs=1e-4) and high == pytest.approx(0.9324, abs=1e-4)
+
+
+def test_the_docs_quote_the_validation_as_its_cells_give_it() -> None:
+    """docs/guides/plan-fleet.md's coverage figures are the metric recomputed from the
+    run's cells (bench/validation/result.csv), not typed apart from them."""
+    spec = importlib.util.spec_from_file_location("coverage", ROOT / "bench/validation/coverage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = {
+        r["regime"]: r
+        for r in module.metric(pl.read_csv(ROOT / "bench/validation/result.csv")).iter_rows(
+            named=True
+        )
+    }
+    text = " ".join((ROOT / "docs/guides/plan-fleet.md").read_text().split())
+    for regime, words in (("one in flight", "at one session in flight"), ("loaded", "loaded"),
+                          ("all", "overall")):  # fmt: skip
+        r = out[regime]
+        quoted = (
+            f"{r['covered']} of {r['cells']}"
+            + (" cells " if regime == "one in flight" else " ")
+            + f"{words} ("
+            + ("Clopper-Pearson " if regime == "one in flight" else "")
+            + f"[{r['coverage_low']:.2f}, {r['coverage_high']:.2f}])"
+        )
+        assert quoted in text, quoted
