@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from sessiongen._version import __version__
 from sessiongen.errors import (
     CacheFailureError,
     EndpointError,
@@ -43,8 +44,6 @@ from sessiongen.errors import (
     SessiongenError,
     UserError,
 )
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from sessiongen.records.run import load_run

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import httptools
 
-from sessiongen import __version__
+from sessiongen._version import __version__
 
 MAX_HEAD = 64 * 1024  # response status line + headers
 MAX_ERROR_BODY = 64 * 1024  # kept of an error response body

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import polars as pl
 
-from sessiongen import __version__
+from sessiongen._version import __version__
 from sessiongen.errors import RunDirError
 from sessiongen.infra.files import atomic_write, atomic_write_json
 from sessiongen.records.format import (

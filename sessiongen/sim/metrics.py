@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sessiongen import __version__
+from sessiongen._version import __version__
 
 # vLLM's buckets for time to first token (seconds).
 TTFT_BUCKETS = (

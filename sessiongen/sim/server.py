@@ -43,7 +43,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from sessiongen import __version__
+from sessiongen._version import __version__
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.engine import Job, Replica, Served, World
 from sessiongen.sim.noise import MAX_KEY_CHARS
