@@ -323,7 +323,8 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
 
 
 def _lag_note(f: Frames) -> list[Element]:
-    """Lag that moved no figure: a note beside the measurements, not a problem."""
+    """Lag that moved no figure: a note under its own heading after the Problems, not
+    one of them (the quick start's Problems carried it on a busy machine)."""
     lagged = int(f.lag["lagged"].sum()) if not f.lag.is_empty() else 0
     if not lagged or f.lag["moved"].any():
         return []
@@ -346,7 +347,8 @@ def _lag_note(f: Frames) -> list[Element]:
         )
     else:
         text += "No figure here rests on them."
-    return [Paragraph(text.strip())]  # no evidence a figure moved: a note, not a warning
+    # no evidence a figure moved: a note, not a warning
+    return [Heading("Notes"), Paragraph(text.strip())]
 
 
 def _trust_problems(run: Run, f: Frames) -> list[Element]:
@@ -439,7 +441,7 @@ def _problems(run: Run, f: Frames) -> list[Element]:
                 f"errors, {_drift_summary(f)}."
             )
         ]
-    return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]
+    return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]  # then any Notes
 
 
 def _headline(run: Run, f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
