@@ -10,17 +10,26 @@ run's per-turn speedup plot to ``docs/assets/NAME-speedup.png`` too.
 
 A docs page quotes a figure as ``{{ NAME:KEY:FORMAT }}`` (``{{ demo:alternate.session_gain:.2f }}``)
 and the run's provenance as ``{{ NAME:@source }}``; the mkdocs hook in ``gen_reference.py``
-fills them in, and an unknown name or key fails the build. The README, which GitHub shows as
-written, quotes figures in sentences that ``tests/unit/test_docs_figures.py`` rebuilds from the
-same data file, so a figure and its source cannot disagree.
+fills them in, and an unknown name or key fails the build. Bench scripts write their data
+file with ``write`` (``--record NAME``, the figures they print). Figures of a run that cannot
+be repeated in a docs build (the real pair, tens of minutes) were copied from the output
+that run printed into a file that says so (``recorded_from``: where, at which commit), until
+the bench's next run replaces it. A default or constant of the code is quoted from the code
+itself, ``{{ code:sessiongen.capacity.fit.MAD_TO_SD:g }}``.
+``tests/unit/test_docs_numbers.py`` fails on a figure typed into a page outside these.
+The README, which GitHub shows as written, quotes figures in sentences that
+``tests/unit/test_docs_figures.py`` rebuilds from the same data file, so a figure and its
+source cannot disagree.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -31,7 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 ASSETS = HERE / "assets"
-PLACEHOLDER = re.compile(r"\{\{ *([a-z0-9_-]+):([@a-z0-9_.]+)(?::([^ }]*))? *\}\}")
+PLACEHOLDER = re.compile(r"\{\{ *([a-z0-9_-]+):([@A-Za-z0-9_.]+)(?::([^ }]*))? *\}\}")
 
 
 def _number(text: str) -> float | str:
@@ -96,6 +105,52 @@ def _uncommitted() -> int | None:
     return len(status.stdout.splitlines()) if status.returncode == 0 else None
 
 
+def write(name: str, *, command: str, figures: dict[str, Any]) -> Path:
+    """Write ``docs/data/NAME.json`` for a bench script: its ``figures`` (flat keys, numbers
+    or strings) stamped with the command, the commit, the date, the machine and the load
+    average now. A file of figures recorded from an earlier run's output (``recorded_from``)
+    is replaced whole by the bench's next run."""
+    data: dict[str, Any] = {
+        "command": command,
+        "run_id": f"{name} {datetime.now():%Y-%m-%dT%H:%M}",
+        "commit": _commit(),
+        "date": datetime.now().date().isoformat(),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "uncommitted_changes": _uncommitted(),
+        "figures": figures,
+    }
+    DATA.mkdir(exist_ok=True)
+    out = DATA / f"{name}.json"
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def _commit() -> str | None:
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=HERE.parent, capture_output=True, text=True, check=False
+    )
+    return head.stdout.strip() if head.returncode == 0 else None
+
+
+def code_value(path: str) -> Any:
+    """The value of a module-level name, ``sessiongen.pkg.module.NAME``, then of its
+    attributes or keys (a function on the way is called with no arguments):
+    what ``{{ code:PATH:FORMAT }}`` quotes, so a page states a default as the code has it."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            value: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if callable(value) and not isinstance(value, type):
+                value = value()
+            value = value[attr] if isinstance(value, dict) else getattr(value, attr)
+        return value
+    raise KeyError(f"{path}: no such module")
+
+
 def load(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text())
     return data
@@ -103,6 +158,13 @@ def load(name: str) -> dict[str, Any]:
 
 def source_line(data: dict[str, Any]) -> str:
     """Where a data file's figures come from, in one line."""
+    if data.get("recorded_from"):
+        return (
+            f"`{data['command']}` on {data['date']} at commit "
+            f"{(data['commit'] or 'unknown')[:10]}, "
+            f"{data['machine']}, load average {data['load_average']}; recorded from "
+            f"{data['recorded_from']}"
+        )
     load1 = data["load_average_after"][0]
     return (
         f"`{data['command']}`, run {data['run_id']} of {data['date']} at commit "
@@ -122,6 +184,8 @@ def fill(markdown: str) -> str:
 
     def one(match: re.Match[str]) -> str:
         name, key, spec = match.groups()
+        if name == "code":
+            return format(code_value(key), spec or "")
         if name not in cache:
             if not (DATA / f"{name}.json").exists():
                 raise KeyError(f"{match.group(0)}: no docs/data/{name}.json")

@@ -38,9 +38,12 @@ DATA_FILES = sorted((DOCS / "data").glob("*.json"))
 @pytest.mark.parametrize("path", DATA_FILES, ids=lambda p: p.stem)
 def test_each_data_file_says_where_its_figures_come_from(path: Path) -> None:
     data = FIGURES.load(path.stem)
-    for key in ("command", "run_id", "commit", "date", "machine", "load_average_after"):
+    # a file copied from an earlier run's printed output says where from, and that run's load
+    load = "load_average" if data.get("recorded_from") else "load_average_after"
+    for key in ("command", "run_id", "commit", "date", "machine", load):
         assert data[key], key
     assert len(data["commit"]) == 40 and data["figures"]
+    assert path.stem in FIGURES.source_line(data) or data["command"] in FIGURES.source_line(data)
 
 
 def test_every_figure_a_page_quotes_exists_in_its_data_file() -> None:
@@ -107,3 +110,25 @@ def test_a_recorded_run_gives_its_figures_and_provenance(
     text = FIGURES.fill("{{ synthetic:alternate.turn2.speedup:.1f }} from {{ synthetic:@source }}")
     assert text.startswith(f"{figures['alternate.turn2.speedup']:.1f} from `sessiongen replay")
     assert (tmp_path / "assets" / "synthetic-speedup.png").stat().st_size > 10_000
+
+
+def test_a_bench_writes_its_figures_stamped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FIGURES, "DATA", tmp_path)
+    FIGURES.write("bench_x", command="python bench/x.py", figures={"speed_s": 1.25})
+    data = FIGURES.load("bench_x")
+    assert data["figures"] == {"speed_s": 1.25} and len(data["load_average_after"]) == 3
+    assert data["date"] and data["machine"] and "recorded_from" not in data
+    assert FIGURES.fill("{{ bench_x:speed_s:.1f }} s").startswith("1.2")
+
+
+def test_a_code_placeholder_reads_the_code() -> None:
+    from sessiongen.capacity.fit import MAD_TO_SD
+    from sessiongen.capacity.modelerror import default_model_error
+
+    text = "{{ code:sessiongen.capacity.fit.MAD_TO_SD:g }}, "
+    text += "{{ code:sessiongen.capacity.modelerror.default_model_error.loaded:.3f }}"
+    assert FIGURES.fill(text) == f"{MAD_TO_SD:g}, {default_model_error()['loaded']:.3f}"
+    with pytest.raises(AttributeError):
+        FIGURES.fill("{{ code:sessiongen.capacity.fit.NO_SUCH_NAME }}")
