@@ -12,7 +12,7 @@ virtual time.
 - :mod:`.scheduler`: vLLM V1's scheduler for one replica, a clock-agnostic state machine;
 - :mod:`.cluster`: all replicas and the pool in modeled time, one event queue;
 - :mod:`.virtual`: the engine on a virtual clock: scripted arrivals in, results out;
-- :mod:`._core`: the same engine for the virtual clock, compiled (Cython, built by
+- :mod:`._core`: the same engine, compiled (Cython, built by
   ``pip install``; ``_core.pyx``), and the chain hash's kernel;
 - :mod:`.compiled`: which engine runs (compiled where built, else Python; the same
   results);

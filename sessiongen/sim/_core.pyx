@@ -1,17 +1,18 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, nonecheck=False, infer_types=False
-"""The simulator's engine on a virtual clock, compiled: the planner's hot loop.
+"""The simulator's engine, compiled: the planner's hot loop, and the served pair's.
 
 A line-by-line port of :mod:`sessiongen.sim.cluster`, :mod:`~sessiongen.sim.scheduler`,
 :mod:`~sessiongen.sim.kvcache`, :mod:`~sessiongen.sim.pool` and the pool's LRU in
-:mod:`~sessiongen.sim.cache`, for :class:`sessiongen.sim.virtual.VirtualDriver`. Those
+:mod:`~sessiongen.sim.cache`, for :class:`sessiongen.sim.virtual.VirtualDriver` and the
+served simulator's :class:`sessiongen.sim.engine.World`. Those
 Python modules are the reference: every decision here is theirs, in the same order,
 with the same floating-point expressions evaluated in the same order (the build turns
 off contraction into fused multiply-adds), so both engines give the same records to the
 bit; ``tests/unit/sim/test_engines.py`` plans every shipped scenario with both and
 compares them, and random small workloads with caches small enough to evict and
-preempt. The served simulator keeps the Python engine (it listens to every step).
+preempt; ``tests/unit/sim/test_served_engines.py`` serves one workload on both.
 
 What differs is representation only: requests, steps and KV runs are typed objects
 whose fields are C numbers; a run's keys are a pointer into the request's key array
@@ -302,7 +303,7 @@ cdef class _Heap:
 
 
 cdef class _KVCache:
-    cdef int64_t capacity
+    cdef readonly int64_t capacity
     cdef int64_t block_tokens
     cdef _Node root
     cdef int64_t cached
@@ -347,6 +348,11 @@ cdef class _KVCache:
 
     cdef inline int64_t available_blocks(self) noexcept:
         return self.capacity - self.used_blocks()
+
+    @property
+    def usage(self):
+        """``KVCache.usage``: the held share of all blocks (0..1)."""
+        return <double>self.used_blocks() / <double>self.capacity if self.capacity else 0.0
 
     cdef _Match match(self, _Req req, int64_t limit_blocks):
         cdef _Node node = self.root
@@ -541,7 +547,7 @@ cdef class _Pool:
     """``Pool`` with ``SharedPool``/``_LRUKeys`` inside: an OrderedDict's order as an
     intrusive list over slots (head: least recently used), a hash map from key to slot."""
 
-    cdef bint on
+    cdef public bint on
     cdef int64_t chunk_tokens
     cdef int64_t capacity
     cdef vector[_Entry] entries
@@ -658,14 +664,24 @@ cdef class _Pool:
         if self.on:
             self.insert(keys, n, visible_at)
 
+    def clear(self):
+        """``Pool.clear``: empty (the link and its counters stay)."""
+        self.index.clear()
+        self.entries.clear()
+        self.free_slots.clear()
+        self.head = self.tail = -1
+
 
 # --- requests and steps (scheduler.py) -------------------------------------------------
 
 cdef class _Req:
-    cdef object tag
+    """One request (``SimRequest``). The served simulator reads its account through the
+    read-only attributes, named as ``SimRequest``'s (times None until they happen)."""
+
+    cdef readonly object tag
     cdef int replica
-    cdef int64_t prompt_tokens
-    cdef int64_t output_tokens
+    cdef readonly int64_t prompt_tokens
+    cdef readonly int64_t output_tokens
     # Its block keys in two pieces (KeyChain.segments): a prefix other requests share,
     # then its own; ``nkeys`` in all.
     cdef object head_owner
@@ -679,24 +695,25 @@ cdef class _Req:
     cdef object pool_owner
     cdef const uint64_t* pool_keys
     cdef Py_ssize_t npool
-    cdef double arrival
+    cdef readonly double arrival
     cdef double prefill_scale
     cdef int64_t computed
     cdef int64_t generated
     cdef bint prefilling
     cdef _Hold hold
     cdef bint admitted
-    cdef double admitted_at
+    cdef double admitted_s
     cdef bint has_first
-    cdef double first_token_at
+    cdef double first_token_s
     cdef bint finished
-    cdef double finished_at
-    cdef int64_t local_hit
-    cdef int64_t pool_hit
-    cdef int64_t preemptions
-    cdef int64_t kv_blocks_at_admission
-    cdef int64_t running_at_admission
-    cdef int64_t waiting_at_admission
+    cdef double finished_s
+    cdef readonly bint aborted
+    cdef readonly int64_t local_hit
+    cdef readonly int64_t pool_hit
+    cdef readonly int64_t preemptions
+    cdef readonly int64_t kv_blocks_at_admission
+    cdef readonly int64_t running_at_admission
+    cdef readonly int64_t waiting_at_admission
     cdef int64_t pool_stored
     cdef double ready_at
     cdef int64_t n  # tokens scheduled in its replica's current step
@@ -707,18 +724,46 @@ cdef class _Req:
     cdef inline uint64_t key(self, Py_ssize_t i) noexcept:
         return self.head[i] if i < self.nhead else self.keys[i - self.nhead]
 
+    @property
+    def admitted_at(self):
+        return self.admitted_s if self.admitted else None
+
+    @property
+    def first_token_at(self):
+        return self.first_token_s if self.has_first else None
+
+    @property
+    def finished_at(self):
+        return self.finished_s if self.finished else None
+
+    def set_keys(self, keys):
+        """``SimRequest.set_keys``: longer keys for the same tokens (uint64,
+        C-contiguous; the output's too, once known), in one piece from here on."""
+        cdef Py_ssize_t n
+        cdef const uint64_t* ptr = _pointer(keys, &n)
+        if n <= self.nkeys:
+            return
+        self.head = NULL
+        self.head_owner, self.nhead, self.head_owner_len = None, 0, 0
+        self.keys_owner, self.keys, self.nkeys = keys, ptr, n
+        base = keys.base
+        self.keys_owner_len = len(base) if base is not None else n
+
 
 cdef class _Step:
+    """One step (``Step``); a listener reads its account (who was admitted, preempted,
+    samples at its end, finished) through the read-only attributes."""
+
     cdef double start
     cdef double duration
-    cdef double end
-    cdef int64_t count
+    cdef readonly double end
+    cdef readonly int64_t count
     cdef double delta
     cdef list work
-    cdef list admitted
-    cdef list preempted
-    cdef list sampled
-    cdef list finished
+    cdef readonly list admitted
+    cdef readonly list preempted
+    cdef readonly list sampled
+    cdef readonly list finished
     cdef bint steady
     cdef _Req partial
     cdef bint open
@@ -753,10 +798,10 @@ cdef class _Sched:
     cdef Params p
     cdef _Overheads overheads
     cdef _Pool pool
-    cdef _KVCache kv
-    cdef object waiting  # collections.deque
-    cdef list running
-    cdef list loading
+    cdef readonly _KVCache kv
+    cdef readonly object waiting  # collections.deque
+    cdef readonly list running
+    cdef readonly list loading
     cdef int64_t preemptions
     cdef int64_t steps
 
@@ -864,7 +909,7 @@ cdef class _Sched:
         for item in first:
             req = <_Req>item
             req.has_first = True
-            req.first_token_at = step.end
+            req.first_token_s = step.end
         self.steps += 1
         return step
 
@@ -940,7 +985,7 @@ cdef class _Sched:
                     load_done = done
             if not req.admitted:
                 req.admitted = True
-                req.admitted_at = now
+                req.admitted_s = now
                 req.local_hit, req.pool_hit = local, external
                 req.kv_blocks_at_admission = used_before
                 req.running_at_admission = len(self.running)
@@ -1103,7 +1148,7 @@ cdef class _Sched:
                 self._store_chunks(req, end)
             if req.generated >= req.output_tokens:
                 req.finished = True
-                req.finished_at = end
+                req.finished_s = end
                 kv.release(hold)
                 req.hold = None
                 step.finished.append(req)
@@ -1123,21 +1168,47 @@ cdef class _Sched:
             pool.store(req.pool_keys + req.pool_stored, chunks - req.pool_stored, at)
             req.pool_stored = chunks
 
+    # --- the served simulator's calls ---------------------------------------------
+
+    def abort(self, _Req req):
+        """``ReplicaScheduler.abort``: out of the queues, its blocks freed."""
+        req.aborted = True
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.loading:
+            self.loading.remove(req)
+        if req.hold is not None:
+            self.kv.release(req.hold)
+            req.hold = None
+        if req in self.running:
+            self.running.remove(req)
+
+    def reset_cache(self):
+        """``ReplicaScheduler.reset_cache``: drop the cached blocks nobody holds."""
+        self.kv._evict(self.kv.evictable)
+
 
 # --- every replica and the event queue (cluster.py) -----------------------------------
 
 cdef class Cluster:
-    """The compiled twin of :class:`sessiongen.sim.cluster.Cluster` for the virtual
-    clock: requests go in by :meth:`submit`, each finished one comes out through
-    ``on_finish(result)``, ``result`` built by ``make_result`` from its fields (those
-    of :class:`sessiongen.sim.virtual.RequestResult`, in order)."""
+    """The compiled twin of :class:`sessiongen.sim.cluster.Cluster`: requests go in by
+    :meth:`submit`, each finished one comes out through ``on_finish(result)``,
+    ``result`` built by ``make_result`` from its fields (those of
+    :class:`sessiongen.sim.virtual.RequestResult`, in order), where both are given.
+
+    For the served simulator (wall time), a ``listener`` hears of each step as
+    ``cluster.Listener`` does, the request :meth:`submit` returns can be aborted, and
+    ``pool`` (its ``on`` switch, ``clear()``) and ``replicas`` (``running``,
+    ``waiting``, ``loading``, ``kv.usage``, ``kv.capacity``, ``reset_cache()``) answer
+    as the Python engine's do."""
 
     cdef Params p
-    cdef _Pool pool
-    cdef list replicas
+    cdef readonly _Pool pool
+    cdef readonly list replicas
     cdef bint collapse
     cdef object on_finish
     cdef object make_result
+    cdef object listener
     cdef list _steps
     cdef vector[double] _idle_since
     cdef vector[double] _wake_at
@@ -1150,7 +1221,16 @@ cdef class Cluster:
     cdef public int64_t events
     cdef public int64_t steps
 
-    def __init__(self, profile, *, bint shared_cache, bint collapse, on_finish, make_result):
+    def __init__(
+        self,
+        profile,
+        *,
+        bint shared_cache,
+        bint collapse,
+        on_finish=None,
+        make_result=None,
+        listener=None,
+    ):
         cdef Params p
         cdef int i
         p.slowdown = profile.slowdown
@@ -1184,6 +1264,7 @@ cdef class Cluster:
         self.collapse = collapse
         self.on_finish = on_finish
         self.make_result = make_result
+        self.listener = listener
         n = profile.replicas
         self._steps = [None] * n
         self._idle_since.assign(n, -INFINITY)
@@ -1218,7 +1299,8 @@ cdef class Cluster:
         """Queue a request's arrival; ``head`` then ``keys`` (uint64, C-contiguous, the
         two pieces of :attr:`sessiongen.sim.cache.KeyChain.segments`) are its blocks'
         keys as far as known, ``pool_keys`` its prompt's chunk keys; ``prefill_scale``
-        multiplies its prefill compute (SimRequest.prefill_scale)."""
+        multiplies its prefill compute (SimRequest.prefill_scale). Returns the request
+        (for :meth:`abort` and its account)."""
         cdef Py_ssize_t own
         cdef _Req req
         if prompt_tokens < 1 or output_tokens < 1:
@@ -1246,6 +1328,11 @@ cdef class Cluster:
         req.prefilling = True
         self._arrivals[self._seq] = req
         self._push(arrival, 0, replica, 0)
+        return req
+
+    def abort(self, _Req req, int replica):
+        """Drop a request wherever it is (a pending arrival is skipped when it comes)."""
+        (<_Sched>self.replicas[replica]).abort(req)
 
     def next_time(self):
         """The time of the next event, None when there is none."""
@@ -1281,6 +1368,8 @@ cdef class Cluster:
         cdef object current = self._steps[r]
         cdef _Step step
         cdef double wake
+        if req.aborted:
+            return
         sched.add(req)
         if current is None:
             wake = t if t >= self._idle_since[r] else self._idle_since[r]
@@ -1318,6 +1407,8 @@ cdef class Cluster:
         if self.collapse:
             sched.extend(new)
         self._push_boundary(r, new.end)
+        if self.listener is not None:
+            self.listener.step_started(r, new)
 
     cdef void _push_boundary(self, int r, double t):
         self._version[r] += 1
@@ -1326,6 +1417,10 @@ cdef class Cluster:
     cdef void _ended(self, int r, _Step step) except *:
         cdef _Req req
         self.steps += step.count
+        if self.listener is not None:
+            self.listener.step_ended(r, step)
+        if self.on_finish is None:
+            return
         for item in step.finished:
             req = <_Req>item
             result = self.make_result(
@@ -1334,9 +1429,9 @@ cdef class Cluster:
                 req.prompt_tokens,
                 req.output_tokens,
                 req.arrival,
-                req.admitted_at,
-                req.first_token_at,
-                req.finished_at,
+                req.admitted_s,
+                req.first_token_s,
+                req.finished_s,
                 req.local_hit,
                 req.pool_hit,
                 req.preemptions,

@@ -1,10 +1,13 @@
-"""Which engine runs on the virtual clock: the compiled one where it was built, else Python.
+"""Which engine runs, on the virtual clock and in the served simulator alike: the compiled
+one where it was built, else Python.
 
 The compiled engine (``sessiongen/sim/_core.pyx``, built by ``pip install``) is the same
 engine as :mod:`.cluster` and :mod:`.scheduler`, ported decision by decision; it exists
 because a planned day is millions of engine steps, each a few dozen attribute reads and
-branches that the interpreter makes 10-20x slower. Results are identical
-(``tests/unit/sim/test_engines.py``), so the choice is speed only.
+branches that the interpreter makes 10-20x slower, and a served trace's rate is bound by
+the one core its event loop runs on. Results are identical
+(``tests/unit/sim/test_engines.py``, ``tests/unit/sim/test_served_engines.py``), so the
+choice is speed only.
 
 ``SESSIONGEN_ENGINE=python`` (or ``compiled``) forces one; ``auto`` (the default) takes the
 compiled engine when it imports and is not older than its source file (an editable

@@ -5,6 +5,12 @@ tokenizer, the time scale and one :class:`~sessiongen.sim.cluster.Cluster` (ever
 replica's vLLM scheduler and the shared pool), driven by one task on the event loop.
 A :class:`Replica` is one replica's face to its HTTP app: its metrics and its reset.
 
+The engine is the compiled one where it was built, else the Python one
+(:mod:`sessiongen.sim.compiled`; ``SESSIONGEN_ENGINE`` or ``engine=`` force one): both
+hear the same arrivals and give the same modeled times to the bit
+(``tests/unit/sim/test_served_engines.py``); the compiled one takes a fraction of the
+loop's time per step, which is what lets one core serve a trace's rate in wall time.
+
 Time: modeled seconds times ``time_scale`` are wall seconds, counted from the world's
 epoch on the loop clock. A request arrives at the modeled time of its handler's entry
 and is submitted once parsed, tokenized and hashed (in a worker thread); the engine
@@ -21,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import orjson
@@ -32,6 +38,7 @@ from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import output
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.cluster import Cluster
+from sessiongen.sim.compiled import Engine, core, resolve
 from sessiongen.sim.metrics import ReplicaMetrics
 from sessiongen.sim.noise import PrefillNoise
 from sessiongen.sim.prompt import PromptTokenizer
@@ -39,7 +46,16 @@ from sessiongen.sim.scheduler import SimRequest, Step
 from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
 from sessiongen.text.probes import answer_needle
 
+if TYPE_CHECKING:  # built by pip install; absent where no compiler was at hand
+    from sessiongen.sim._core import Cluster as CompiledCluster
+    from sessiongen.sim._core import _Req as CompiledRequest
+    from sessiongen.sim._core import _Step as CompiledStep
+
 log = logging.getLogger("sessiongen.sim")
+
+# The compiled engine takes a request's keys in two pieces (a shared head, then its
+# own); the served one's are one array, its own.
+_NO_HEAD: NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -69,18 +85,10 @@ class Served:
 
     The engine fills ``token_times`` (modeled seconds of each output token, known one
     step ahead) and resolves the waits; times are turned into wall deadlines by the
-    handler.
+    handler. ``sim`` is the engine's request (either engine's: the same account).
     """
 
-    def __init__(
-        self,
-        world: World,
-        replica: int,
-        job: Job,
-        arrival: float,
-        modeled_arrival: float | None = None,
-        noise_key: str | None = None,
-    ) -> None:
+    def __init__(self, world: World, replica: int, job: Job, arrival: float) -> None:
         self.world = world
         self.replica = replica
         self.job = job
@@ -89,15 +97,7 @@ class Served:
         self.admitted: asyncio.Future[None] = loop.create_future()
         self.token_times: list[float] = []
         self._waiter: asyncio.Future[None] | None = None
-        self.sim = SimRequest(
-            prompt_tokens=job.prompt_tokens,
-            output_tokens=job.output_tokens,
-            keys=job.local_keys,
-            pool_keys=job.keys.pool.keys.tolist(),
-            arrival=world.modeled(arrival) if modeled_arrival is None else modeled_arrival,
-            tag=self,
-            prefill_scale=world.noise.factor(noise_key),
-        )
+        self.sim: SimRequest | CompiledRequest
 
     @property
     def finished(self) -> bool:
@@ -141,11 +141,21 @@ class Served:
 class World:
     """The state shared by all replicas of one simulator process."""
 
-    def __init__(self, profile: SimProfile, model_name: str, shared_cache: bool) -> None:
+    def __init__(
+        self, profile: SimProfile, model_name: str, shared_cache: bool, *, engine: Engine = "auto"
+    ) -> None:
         self.profile = profile
         self.model_name = model_name
         self.time_scale = profile.time_scale
-        self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self)
+        self.engine = resolve(engine)
+        self.cluster: Cluster | CompiledCluster
+        module = core()
+        if self.engine == "compiled" and module is not None:
+            self.cluster = module.Cluster(
+                profile, shared_cache=shared_cache, collapse=False, listener=self
+            )
+        else:
+            self.cluster = Cluster(profile, shared_cache=shared_cache, listener=self)
         # Service-time noise: by the request's stated key, else in the order of arrival.
         self.noise = PrefillNoise(profile.prefill_noise_sigma, 0)
         self.tokenizer = PromptTokenizer()
@@ -292,8 +302,28 @@ class World:
         ``noise_key``, where it states one, draws its service-time noise
         (:mod:`sessiongen.sim.noise`).
         """
-        served = Served(self, replica, job, arrival, modeled_arrival, noise_key)
-        self.cluster.submit(served.sim, replica)
+        served = Served(self, replica, job, arrival)
+        at = self.modeled(arrival) if modeled_arrival is None else modeled_arrival
+        scale = self.noise.factor(noise_key)
+        cluster = self.cluster
+        if isinstance(cluster, Cluster):
+            sim = SimRequest(
+                prompt_tokens=job.prompt_tokens,
+                output_tokens=job.output_tokens,
+                keys=job.local_keys,
+                pool_keys=job.keys.pool.keys.tolist(),
+                arrival=at,
+                tag=served,
+                prefill_scale=scale,
+            )
+            cluster.submit(sim, replica)
+            served.sim = sim
+        else:
+            pool_keys = np.ascontiguousarray(job.keys.pool.keys)
+            served.sim = cluster.submit(
+                at, replica, job.prompt_tokens, job.output_tokens, _NO_HEAD,
+                np.ascontiguousarray(job.local_keys), pool_keys, served, scale,
+            )  # fmt: skip
         self._ensure_driver()
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
@@ -301,8 +331,12 @@ class World:
 
     def abort(self, served: Served) -> None:
         """The client went away before the end: free what the request holds."""
-        if not served.finished:
-            self.cluster.abort(served.sim, served.replica)
+        if served.finished:
+            return
+        if isinstance(self.cluster, Cluster):
+            self.cluster.abort(cast(SimRequest, served.sim), served.replica)
+        else:
+            self.cluster.abort(cast("CompiledRequest", served.sim), served.replica)
 
     # --- the driver ---------------------------------------------------------------------
 
@@ -341,7 +375,7 @@ class World:
 
     # --- the engine's listener ----------------------------------------------------------
 
-    def step_started(self, replica: int, step: Step) -> None:
+    def step_started(self, replica: int, step: Step | CompiledStep) -> None:
         metrics = self.replicas[replica].metrics
         pool_on = self.shared_cache
         for req in step.admitted:
@@ -358,7 +392,7 @@ class World:
                 metrics.ttft.observe(step.end - req.arrival)
             served.notify()
 
-    def step_ended(self, replica: int, step: Step) -> None:
+    def step_ended(self, replica: int, step: Step | CompiledStep) -> None:
         return None
 
     def config(self) -> dict[str, Any]:
@@ -366,6 +400,7 @@ class World:
         return {
             "shared_cache": self.shared_cache,
             "time_scale": self.time_scale,
+            "engine": self.engine,
             "replicas": len(self.replicas),
             "model": self.model_name,
             "profile": to_plain(self.profile),

@@ -45,6 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from sessiongen._version import __version__
 from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim.compiled import Engine
 from sessiongen.sim.engine import Job, Replica, Served, World
 from sessiongen.sim.noise import MAX_KEY_CHARS
 from sessiongen.sim.output import Output
@@ -492,7 +493,10 @@ def build_app(replica: Replica) -> web.Application:
     return app
 
 
-def make_apps(profile: SimProfile, model_name: str, shared_cache: bool) -> list[web.Application]:
-    """One app per replica of a fresh simulated world (in-process use, e.g. tests)."""
-    world = World(profile, model_name, shared_cache)
+def make_apps(
+    profile: SimProfile, model_name: str, shared_cache: bool, *, engine: Engine = "auto"
+) -> list[web.Application]:
+    """One app per replica of a fresh simulated world (in-process use, e.g. tests), on
+    ``engine`` (:mod:`sessiongen.sim.compiled`)."""
+    world = World(profile, model_name, shared_cache, engine=engine)
     return [build_app(replica) for replica in world.replicas]
