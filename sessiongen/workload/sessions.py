@@ -323,6 +323,13 @@ class Session:
             segments=tuple(msgs),
         )
 
+    def home_key(self, turn: int) -> int:
+        """The index client placements pick turn ``turn``'s replica by: the session's
+        index, or a trace line's first hash id (``sessions.trace.placement_key = "prefix"``)."""
+        if self.trace is None or self.builder.scenario.sessions.trace.placement_key != "prefix":
+            return self.index
+        return self.trace.turns[turn - 1].request.hash_ids[0]
+
     def _trace_request(self, turn: int, prompt: Blob) -> TurnRequest:
         """A trace turn: its line's whole prompt, its output length, its facts."""
         assert self.trace is not None
