@@ -14,7 +14,7 @@ TIMED := scripts/timed
 # overlap their waits. --dist loadfile: a file's module fixtures are built once.
 FAST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck test-fast test-real install real-stack router clean times-reset docs browser
+.PHONY: demo test lint typecheck test-fast test-real install real-stack router clean times-reset docs browser docs-check
 
 # The compiled engine (setup.py builds sessiongen/sim/_core.pyx) is rebuilt when its source changes.
 $(STAMP): pyproject.toml setup.py sessiongen/sim/_core.pyx
@@ -69,6 +69,11 @@ test-real: real-stack router
 ## not --quiet, which hides the warnings that strict counts, so nothing would fail).
 docs: $(STAMP)
 	$(TIMED) docs env NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## The commands the docs tell users to paste, run on the embedded simulated pair; fails on a
+## non-zero exit or a report with Problems (scripts/docs-check). Slow, so not part of `test`.
+docs-check: $(STAMP) router
+	$(TIMED) docs-check $(BIN)/python scripts/docs-check
 
 ## Headless Chromium for tests/integration/test_browser.py: Debian's package, installed when
 ## missing (CI runs as root); elsewhere the test skips, saying why.

@@ -52,6 +52,22 @@ ALLOWED = (
     Allowed(EVERY_PAGE, "95%", "the confidence level of every interval the tool prints"),
     Allowed("guides/fit.md", "/ 3.92", "arithmetic: a 95% interval spans 2 x 1.96 SE"),
     Allowed("guides/fit.md", "0 to 2x", "the loaded fit's candidate grid, checked below"),
+    Allowed("guides/plan-fleet.md", "(default 1.1)", "the --pays-at default, checked below"),
+    Allowed(
+        "guides/plan-fleet.md",
+        "8 of 8 cells at one session in flight (Clopper-Pearson [0.63, 1.00]), 8 of 8 loaded "
+        "([0.63, 1.00]) and 16 of 16 overall ([0.79, 1.00])",
+        "recomputed from bench/validation/result.csv by test_validation_metric.py",
+    ),
+    Allowed("guides/plan-fleet.md", "ranges of 8x", "a rule of --find (capacity/find.py)"),
+    Allowed("guides/plan-fleet.md", "meets 40 s for 90% of turns", "load128k's objective"),
+    Allowed("guides/plan-fleet.md", "100% good turns", "arithmetic: all turns good"),
+    Allowed("guides/plan-fleet.md", "above 0.9", "load128k's objective.attainment"),
+    Allowed("guides/plan-fleet.md", "8 x pool 16, 64, 256 GiB", "the bench's grid"),
+    Allowed("guides/plan-fleet.md", "within 1%", "test_plan.py's tolerance"),
+    Allowed("guides/plan-fleet.md", "within 2% per turn", "test_plan_agreement.py's tolerance"),
+    Allowed("guides/plan-fleet.md", "5% per cell", "test_served_reproduces.py's tolerance"),
+    Allowed("guides/plan-fleet.md", "exceeds 2% of", "the report's lateness threshold"),
 )
 
 #: Pages whose figures are still typed by hand, each to be moved to a data file like the
@@ -65,7 +81,6 @@ PENDING = {
     "development.md",
     "getting-started.md",
     "guides/nightly.md",
-    "guides/plan-fleet.md",
     "guides/replay-trace.md",
     "guides/routers.md",
     "guides/study-replicas.md",
@@ -103,16 +118,18 @@ def prose(text: str) -> str:
     out = "\n".join(lines)
     out = FIGURES.PLACEHOLDER.sub("", out)
     out = re.sub(r"<!--.*?-->", "", out, flags=re.S)
-    out = re.sub(r"`[^`\n]*`", "", out)
+    out = re.sub(r"`[^`]*`", lambda m: "\n" * m.group(0).count("\n"), out)
     return re.sub(r"\]\([^)\n]*\)", "]", out)
 
 
 def hand_typed(text: str, allowed: tuple[str, ...] = ()) -> list[tuple[int, str]]:
     """(line, figure) for each measured-looking number in ``text``'s prose outside ``allowed``."""
     found = []
-    for number, line in enumerate(prose(text).splitlines(), 1):
-        for phrase in allowed:
-            line = line.replace(phrase, " ")
+    text = prose(text)
+    for phrase in allowed:  # matched across line breaks, blanked keeping the line numbers
+        pattern = r"\s+".join(re.escape(word) for word in phrase.split())
+        text = re.sub(pattern, lambda m: re.sub(r"\S", " ", m.group(0)), text)
+    for number, line in enumerate(text.splitlines(), 1):
         for m in MEASURED.finditer(line):
             count, value, unit = m.groups()
             if count or unit or "." in (value or ""):
@@ -159,7 +176,8 @@ def test_each_allowed_phrase_is_still_on_its_page(entry: Allowed) -> None:
         for p in pages()
         if entry.page in (EVERY_PAGE, p.relative_to(DOCS).as_posix())
     ]
-    assert texts and any(entry.phrase in t for t in texts), entry
+    phrase = " ".join(entry.phrase.split())
+    assert texts and any(phrase in " ".join(t.split()) for t in texts), entry
 
 
 def test_a_typed_figure_is_found_and_a_quoted_one_is_not() -> None:
@@ -206,3 +224,12 @@ def test_the_fit_guide_states_the_loaded_candidates_as_the_code_has_them() -> No
 def test_pending_pages_exist() -> None:
     written = {p.relative_to(DOCS).as_posix() for p in pages()}
     assert written >= PENDING, PENDING - written
+
+
+def test_the_plan_guide_states_the_pays_at_default_as_the_cli_has_it() -> None:
+    from sessiongen.cli import cli
+
+    plan = cli.commands["plan"]  # type: ignore[attr-defined]
+    default = next(p.default for p in plan.params if "--pays-at" in p.opts)
+    text = " ".join((DOCS / "guides" / "plan-fleet.md").read_text(encoding="utf-8").split())
+    assert f"(default {default:g})" in text, default
