@@ -56,7 +56,7 @@ def timed(
     # __main__), and the planner's report stack costs it 8 s to import on this machine.
     import polars as pl
 
-    from sessiongen.capacity.grid import Vary
+    from sessiongen.analysis.whatif import Vary
     from sessiongen.capacity.plan import plan
 
     with tempfile.TemporaryDirectory() as tmp:

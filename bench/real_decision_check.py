@@ -53,7 +53,8 @@ from pathlib import Path
 import polars as pl
 
 from sessiongen import replay, scenario
-from sessiongen.capacity import fit, heldout, plan, structure
+from sessiongen.analysis import structure
+from sessiongen.capacity import fit, heldout, plan
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import kv_bytes_per_token
 from sessiongen.records.io import read_meta

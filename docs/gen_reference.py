@@ -8,7 +8,7 @@ Four pages under ``docs/reference/`` (git ignores them; every build writes them 
   them, from the frozen dataclasses' ``spec(..., doc=...)`` fields (type, default, bounds);
 - ``records.md``: every column of ``requests.parquet`` and ``metrics.parquet``
   (``sessiongen.records.format``) and of a plan's ``whatif.parquet``
-  (``sessiongen.capacity.grid.WHATIF_COLUMNS``, ``ROW_COLUMNS``);
+  (``sessiongen.analysis.whatif.WHATIF_COLUMNS``, ``ROW_COLUMNS``);
 - ``exit-codes.md``: the exit statuses, from ``sessiongen.errors``' classes.
 
 It is also a mkdocs hook (``hooks:`` in mkdocs.yml): ``mkdocs build`` and ``mkdocs serve``
@@ -203,7 +203,7 @@ def scenario_page() -> str:
 
 def record_tables() -> list[tuple[str, str, list[tuple[str, str, str]]]]:
     """(title, intro, [(column, type, doc)]) for each table sessiongen writes."""
-    from sessiongen.capacity.grid import ROW_COLUMNS, WHATIF_COLUMNS
+    from sessiongen.analysis.whatif import ROW_COLUMNS, WHATIF_COLUMNS
     from sessiongen.records.format import CounterRecord, RequestRecord
 
     def of(cls: type[Any]) -> list[tuple[str, str, str]]:

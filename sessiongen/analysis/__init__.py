@@ -19,7 +19,13 @@
   of it each arm's local cache and pool got;
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
-- :mod:`.compare`: runs against runs (run-to-run noise, Holm over cells, failures).
+- :mod:`.compare`: runs against runs (run-to-run noise, Holm over cells, failures);
+- :mod:`.payoff`: does the pool pay: a run reduced to what-if rows and their verdicts, one
+  reading for a plan and a replay;
+- :mod:`.whatif`: the what-if table's columns and what they mean, ``--vary`` options and
+  configurations (the planner writes them, the report prints them);
+- :mod:`.structure`: the pair's structure a run records (KV block and cache, scheduler
+  limits, LMCache chunk and pool), for the fit and the reuse report.
 
 Runs are loaded with :func:`load_run` (:mod:`sessiongen.records.run`); every duration is
 in modeled seconds (measured / time scale).

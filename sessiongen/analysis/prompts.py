@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from sessiongen.client.counters import EXTERNAL_HITS
+from sessiongen.records.counters import EXTERNAL_HITS
 from sessiongen.records.run import Run
 
 #: How prompts were matched: by digest of the exact prompt, by the schema-1 fallback.

@@ -1,30 +1,15 @@
-"""The pool decision: replicates pooled, verdicts against ``--pays-at``, and ``--find``.
+"""The plan's side of the pool decision: replicates, and ``--find``'s bisection.
 
 - **Replicates** (:func:`replicate_sets`): a configuration runs ``seeds`` times, replicate
   ``k`` with the scenario's seed plus ``k`` (arrivals, pauses, placement draws, session
   lengths) and, when the profile file carries the fit's bootstrap draws
   (``[[fit.draw]]``, :func:`profile_draws`), draw ``k - 1``'s parameters. Replicate 0 is
   the scenario as given, so ``--seeds 1`` is the single seeded run of before.
-- **Pooling** (:func:`pooled`): the replicates' requests as one run whose units are
-  (replicate, session): the session gain's interval is then replay's paired session
-  bootstrap (:func:`sessiongen.analysis.latency.session_speedup`: 95% expanded percentile,
-  Hesterberg 2015) over every session of every replicate. The spread between seeds and
-  parameter draws is in it as far as it shows in the sessions' times; the per-replicate
-  range is reported beside it.
-- **Verdict** (:func:`verdict`): "pays" when the whole 95% interval of the gain lies at
-  or above the threshold, "does not pay" when wholly below, "undecided" when it
-  straddles it (each side a one-sided test at 2.5%, as :func:`sessiongen.analysis.stats.
-  decide_ratio` reads an interval). Where either cache arm is **unstable** at the
-  cell's level (:func:`sessiongen.analysis.load.load_table`'s ``stable`` on the
-  replicates' records pooled, :func:`arm_stability`), its queue grows with the run and
-  the gain depends on the run's length: the verdict is "unstable (OFF queue grows)"
-  (or ON, or both) instead, whatever the interval says.
-- **Objective** (:func:`objective_verdict`): per cache arm, "meets" when the whole 95%
-  interval of its goodput (share of turns within ``objective.ttft_s``, sessions the
-  clusters) lies at or above ``objective.attainment``, "misses" when wholly below or the
-  arm is unstable (its queue grows: no share holds for a longer run), "undecided"
-  otherwise or below the pooled sessions a verdict needs. ``--find KEY --find-by
-  objective`` bisects this, per arm, for where each stops meeting the objective.
+- **Pooling, verdicts, objectives**: :mod:`sessiongen.analysis.payoff`, one reading for
+  a plan and a replay (the replicates' requests pooled, units (replicate, session); the
+  gain's 95% interval against ``--pays-at``; each arm's goodput against the objective).
+  ``--find KEY --find-by objective`` bisects the objective's verdict, per arm, for where
+  each stops meeting it.
 - **Bisection** (:func:`bisect`): every region of one verdict along one numeric key.
   The range's ends and three values evenly spaced between them are planned even where
   the ends agree (a verdict that changes and changes back shows there, or the interior
@@ -44,68 +29,19 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import polars as pl
-
-from sessiongen.analysis.load import LEVEL_KEYS, load_table
-from sessiongen.analysis.stats import MIN_SESSIONS
-from sessiongen.capacity.evidence import qualified
 from sessiongen.errors import UserError
 from sessiongen.infra.tomlfile import read_toml
-from sessiongen.records.run import Run
 from sessiongen.scenario.spec import Scenario
 
-Verdict = Literal["pays", "does not pay", "undecided"]
-ObjectiveVerdict = Literal["meets", "misses", "undecided"]
-VERDICTS: tuple[Verdict, ...] = ("does not pay", "undecided", "pays")
-#: The verdict of a cell with too few units for its interval to mean what it says.
-NOT_ENOUGH = "not enough data"
-#: The verdict of a cell whose OFF, ON or both arms are unstable (module doc).
-UNSTABLE_VERDICTS = {
-    (False, True): "unstable (OFF queue grows)",
-    (True, False): "unstable (ON queue grows)",
-    (False, False): "unstable (both queues grow)",
-}
-#: The default threshold of ``--pays-at``: a 10% shorter session.
-DEFAULT_PAYS_AT = 1.1
 #: The default ``--seeds``: three replicates per configuration (a plan of the CI's
 #: scenarios stays within its minute; each seed adds a configuration's run).
 DEFAULT_SEEDS = 3
-#: Replicate ``k``'s session indices are ``k * STRIDE + index`` in a pooled run.
-STRIDE = 1_000_000
 #: Bisection steps per boundary (each is one plan of every configuration and seed).
 DEFAULT_STEPS = 6
-
-
-def verdict(low: float | None, high: float | None, pays_at: float) -> Verdict:
-    """The gain's interval ``[low, high]`` against ``pays_at`` (module doc); a missing
-    or NaN bound is "undecided"."""
-    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
-        return "undecided"
-    if low >= pays_at:
-        return "pays"
-    if high < pays_at:
-        return "does not pay"
-    return "undecided"
-
-
-def objective_verdict(
-    low: float | None, high: float | None, attainment: float, *, stable: bool | None = True
-) -> ObjectiveVerdict:
-    """One arm's goodput interval ``[low, high]`` against ``attainment`` (module doc); an
-    unstable arm misses, a missing or NaN bound is "undecided"."""
-    if stable is False:
-        return "misses"
-    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
-        return "undecided"
-    if low >= attainment:
-        return "meets"
-    if high < attainment:
-        return "misses"
-    return "undecided"
 
 
 def profile_draws(scenario: Scenario) -> list[dict[str, Any]]:
@@ -159,90 +95,6 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def pooled(runs: Sequence[Run], *, blocks_apart: bool = False) -> Run:
-    """The replicates' requests as one run, units (replicate, session) (module doc);
-    with ``blocks_apart``, replicate ``k``'s blocks numbered ``k * STRIDE + block`` (one
-    block's span is then one replicate's, as a throughput needs)."""
-    frames = []
-    for k, run in enumerate(runs):
-        frame = run.requests.with_columns(
-            (pl.col("session_index") + k * STRIDE).alias("session_index"),
-            (pl.lit(f"r{k}:") + pl.col("session_id").cast(pl.String)).alias("session_id"),
-        )
-        if blocks_apart:
-            frame = frame.with_columns((pl.col("block").cast(pl.Int64) + k * STRIDE).alias("block"))
-        frames.append(frame)
-    return replace(runs[0], requests=pl.concat(frames, how="diagonal_relaxed"))
-
-
-#: The keys of a what-if cell (a cache arm's are these and ``cache``).
-CELL = [k for k in LEVEL_KEYS if k != "cache"]
-
-
-def arm_stability(runs: Sequence[Run]) -> pl.DataFrame:
-    """Per cell (placement, context, level): ``stable_off`` / ``stable_on`` and
-    ``ttft_growth_off`` / ``ttft_growth_on``, the replay's load table's ``stable`` and
-    ``ttft_growth`` (:func:`sessiongen.analysis.load.load_table`, its definition
-    unchanged) on the replicates' records pooled, each replicate's blocks apart."""
-    table = load_table(pooled(runs, blocks_apart=True), None)
-    out = table.select(*CELL).unique()
-    for cache in ("off", "on"):
-        arm = table.filter(pl.col("cache") == cache).select(
-            *CELL,
-            pl.col("stable").alias(f"stable_{cache}"),
-            pl.col("ttft_growth").alias(f"ttft_growth_{cache}"),
-        )
-        out = out.join(arm, on=CELL, how="left", nulls_equal=True)
-    return out.sort(CELL)
-
-
-def unstable_verdict(stable_off: bool | None, stable_on: bool | None) -> str | None:
-    """The verdict of a cell with an unstable arm (None: both stable, or not known)."""
-    return UNSTABLE_VERDICTS.get((stable_off is not False, stable_on is not False))
-
-
-def with_verdicts(whatif: pl.DataFrame, pays_at: float) -> pl.DataFrame:
-    """``whatif`` with ``pays_at`` and each row's ``verdict`` on its session gain;
-    :data:`NOT_ENOUGH` below :data:`~sessiongen.analysis.stats.MIN_SESSIONS` pooled
-    units (distinct replicates' sessions, or a trace's blocks of time), where the
-    interval covers far less than it says (more sessions, or a longer trace, decide;
-    more ``--seeds`` only where the replicates differ); an
-    unstable verdict where ``stable_off`` or ``stable_on`` is false (module doc). With
-    an objective (``attainment`` set), ``objective_off`` and ``objective_on`` too."""
-    rows = list(whatif.iter_rows(named=True))
-    enough = [(r.get("sessions") or MIN_SESSIONS) >= MIN_SESSIONS for r in rows]
-    verdicts = [
-        unstable_verdict(r.get("stable_off"), r.get("stable_on"))
-        or (verdict(r["session_gain_low"], r["session_gain_high"], pays_at) if ok else NOT_ENOUGH)
-        for r, ok in zip(rows, enough, strict=True)
-    ]
-    objectives = {
-        f"objective_{arm}": [
-            None
-            if r.get("attainment") is None
-            else objective_verdict(
-                r.get(f"good_turns_{arm}_low") if ok else None,
-                r.get(f"good_turns_{arm}_high") if ok else None,
-                r["attainment"],
-                stable=r.get(f"stable_{arm}"),
-            )
-            for r, ok in zip(rows, enough, strict=True)
-        ]
-        for arm in ("off", "on")
-    }
-    fitted = [r.get("profile_fitted") is not False for r in rows]  # a replay's rows: measured
-    return whatif.with_columns(
-        pl.lit(pays_at).alias("pays_at"),
-        pl.Series("verdict", verdicts, dtype=pl.String),
-        pl.Series(
-            "verdict_text",
-            [qualified(v, ok) for v, ok in zip(verdicts, fitted, strict=True)],
-            dtype=pl.String,
-        ),
-        *(pl.Series(name, values, dtype=pl.String) for name, values in objectives.items()),
-    )
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,6 @@ from sessiongen.scenario.spec import BUILTIN, PROFILES_DIR, Scenario
 REGIMES = ("one_in_flight", "loaded")
 #: The profile a scenario without one plans with (the simulator's defaults).
 DEFAULT_PROFILE = "builtin:study"
-#: How an unfitted profile's verdict is qualified, everywhere it is shown.
-UNFITTED = "on an unfitted profile: fit one with `sessiongen fit`"
 
 
 @dataclass(frozen=True)
@@ -117,8 +115,3 @@ def evidence(scenario: Scenario) -> Evidence:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def qualified(verdict: str, fitted: bool) -> str:
-    """A verdict as shown: qualified when the profile is not fitted (module doc)."""
-    return verdict if fitted else f"{verdict}, {UNFITTED}"

@@ -26,19 +26,18 @@ from typing import Any, Literal
 
 import polars as pl
 
+from sessiongen.analysis.payoff import ARM, DEFAULT_PAYS_AT, with_verdicts
+from sessiongen.analysis.whatif import Config, Vary
 from sessiongen.capacity.decision import (
-    DEFAULT_PAYS_AT,
     DEFAULT_SEEDS,
     DEFAULT_STEPS,
     Bracket,
     bisect,
     parse_find,
     value_text,
-    with_verdicts,
 )
-from sessiongen.capacity.grid import Config, Vary, configs
+from sessiongen.capacity.grid import configs
 from sessiongen.capacity.plan import check_decision, new_plan_folder, run_grid
-from sessiongen.capacity.reduction import ARM
 from sessiongen.capacity.sweep import SweepOptions
 from sessiongen.capacity.virtual import Tokens
 from sessiongen.errors import UserError

@@ -82,8 +82,9 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from sessiongen.analysis import structure
 from sessiongen.analysis.fidelity import ERROR_SHARE
-from sessiongen.capacity import estimate, structure
+from sessiongen.capacity import estimate
 from sessiongen.capacity.estimate import (
     DECODE_PARAMS,
     FIRST_TOKEN_PARAMS,
@@ -470,7 +471,8 @@ def fit_runs(
     heldout: Sequence[str | Path] = (),
 ) -> Fit:
     """:func:`fit` with the model's KV size and the pair's structure (KV block and
-    cache, scheduler limits, pool chunk and size: :mod:`.structure`) taken from the
+    cache, scheduler limits, pool chunk and size: :mod:`~sessiongen.analysis.structure`)
+    taken from the
     first run's manifest where it tells them (``kv_bytes_per_token`` given wins), the
     loaded terms (:func:`with_loaded`) and, with ``heldout`` runs, the model's own error
     (:func:`with_model_error`)."""

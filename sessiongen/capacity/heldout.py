@@ -2,9 +2,10 @@
 
 A real replay of a scenario's OFF and ON arms (one run, or single-arm runs merged) and a
 plan of the same scenario reduce to the same what-if rows by the same function
-(:func:`.reduction.whatif_rows`: the session gain and the later-turn gain, each with its paired
+(:func:`sessiongen.analysis.payoff.whatif_rows`: the session gain and the later-turn
+gain, each with its paired
 session bootstrap interval) and get their verdicts against one threshold by the same
-function (:func:`.decision.with_verdicts`, the arms' stability included). Per cell
+function (:func:`sessiongen.analysis.payoff.with_verdicts`, the arms' stability included). Per cell
 (placement, context, sessions in flight, and whatever keys the caller adds, such as the
 KV cache size):
 
@@ -26,8 +27,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sessiongen.capacity.reduction import ARM
-from sessiongen.capacity.reduction import measured_decision as measured_decision
+from sessiongen.analysis.payoff import ARM
+from sessiongen.analysis.payoff import measured_decision as measured_decision
 
 #: The gains compared (what-if columns, each with ``_low`` and ``_high``).
 GAINS = ("session_gain", "later_gain")

@@ -33,16 +33,17 @@ import numpy as np
 import polars as pl
 
 from sessiongen import scenario
-from sessiongen.capacity import heldout, structure
-from sessiongen.capacity.decision import (
+from sessiongen.analysis import structure
+from sessiongen.analysis.payoff import (
+    ARM,
     DEFAULT_PAYS_AT,
     arm_stability,
     pooled,
-    profile_draws,
-    replicate_sets,
+    whatif_rows,
     with_verdicts,
 )
-from sessiongen.capacity.reduction import ARM, whatif_rows
+from sessiongen.capacity import heldout
+from sessiongen.capacity.decision import profile_draws, replicate_sets
 from sessiongen.capacity.uncertainty import Z95
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.errors import UserError

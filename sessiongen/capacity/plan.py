@@ -12,7 +12,8 @@ scenario or profile key can vary: ``target.sim.pool_capacity_tokens``,
 The plan folder ``runs/plan-<scenario>-<time>/`` holds ``configs/NN-<label>/`` (the
 runs), ``turns.parquet`` (per configuration, arm and turn: TTFT and the pool's gain)
 and ``whatif.parquet`` (per configuration and placement: the headline figures, defined
-in :data:`~sessiongen.capacity.grid.WHATIF_COLUMNS`), and ``report/`` (the what-if table and plots).
+in :data:`~sessiongen.analysis.whatif.WHATIF_COLUMNS`), and ``report/`` (the what-if
+table and plots).
 The session gain is replay's, computed by the same function
 (:func:`sessiongen.analysis.latency.session_speedup` on the modeled end-to-end times),
 so a plan and a replay of one scenario name and mean the same figure.
@@ -41,22 +42,23 @@ from typing import Any
 import polars as pl
 
 from sessiongen.analysis.load import in_flight_table
-from sessiongen.capacity.decision import (
+from sessiongen.analysis.payoff import (
+    ARM,
     DEFAULT_PAYS_AT,
-    DEFAULT_SEEDS,
     arm_stability,
     pooled,
-    profile_draws,
-    replicate_sets,
+    turn_table,
+    whatif_rows,
     with_verdicts,
 )
+from sessiongen.analysis.whatif import Config, Vary
+from sessiongen.capacity.decision import DEFAULT_SEEDS, profile_draws, replicate_sets
 from sessiongen.capacity.evidence import Evidence, evidence
-from sessiongen.capacity.grid import Config, Vary, configs
-from sessiongen.capacity.reduction import ARM, turn_table, whatif_rows
+from sessiongen.capacity.grid import configs
 from sessiongen.capacity.sensitivity import console_lines
 from sessiongen.capacity.sensitivity import sensitivity as sensitivity_of
 from sessiongen.capacity.sweep import SweepOptions, run_all
-from sessiongen.capacity.uncertainty import distinct, evidence_lines, with_uncertainty
+from sessiongen.capacity.uncertainty import distinct, with_uncertainty
 from sessiongen.capacity.virtual import (
     ConfigTask,
     PlannedRun,
@@ -69,7 +71,12 @@ from sessiongen.errors import UserError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
-from sessiongen.report.whatif import decision_table, whole_levels, write_whatif_report
+from sessiongen.report.whatif import (
+    decision_table,
+    evidence_lines,
+    whole_levels,
+    write_whatif_report,
+)
 
 
 def plan(

@@ -7,8 +7,9 @@ run, replicate 0 only (the scenario's seed, no parameter draw), through the plan
 machinery (:func:`~sessiongen.capacity.virtual.plan_config` over
 :func:`~sessiongen.capacity.sweep.run_all`, so ``--jobs`` and Ray spread the ends as they
 spread the grid), written under ``PLAN/sensitivity/`` as a run folder, and reduced by the
-plan's own what-if rows, :func:`~.decision.arm_stability` and
-:func:`~.decision.with_verdicts`: a gain or verdict at an end means what the cell's does
+plan's own what-if rows, :func:`~sessiongen.analysis.payoff.arm_stability` and
+:func:`~sessiongen.analysis.payoff.with_verdicts`: a gain or verdict at an end means
+what the cell's does
 (``sensitivity.parquet``, :data:`SENSITIVITY_COLUMNS`).
 
 - **Parameters** (:data:`PARAMETERS`): the timing terms ``sessiongen fit`` estimates,
@@ -31,7 +32,8 @@ plan's own what-if rows, :func:`~.decision.arm_stability` and
   gain over replicate 0's (both planned with the scenario's seed, so the ratio is the
   parameter's effect, common random numbers, not a new draw of arrivals); an arm's
   stability is the end's where it differs from replicate 0's, the cell's otherwise. The
-  verdict is :func:`~.decision.with_verdicts`' on those figures, so the interval at an
+  verdict is :func:`~sessiongen.analysis.payoff.with_verdicts`' on those figures, so the
+  interval at an
   end is as wide as the cell's (every part of it: sessions, draws, the model's error)
   and a verdict changes only because the parameter moved the gain or an arm's queue.
 - **Robustness** (:func:`robustness`): a cell is *robust* when the verdict at every end
@@ -52,8 +54,8 @@ from typing import Any, Literal
 import polars as pl
 
 from sessiongen.analysis.load import MAX_GROWTH
-from sessiongen.capacity.decision import CELL, arm_stability, with_verdicts
-from sessiongen.capacity.grid import Config, Vary
+from sessiongen.analysis.payoff import CELL, arm_stability, with_verdicts
+from sessiongen.analysis.whatif import Config, Vary
 from sessiongen.capacity.sweep import SweepOptions, run_all
 from sessiongen.capacity.virtual import ConfigTask, PlannedRun, Tokens, plan_config, write_run
 from sessiongen.infra.files import ensure_dir
@@ -338,7 +340,8 @@ def judge(
     cell's session gain and interval times ``gain_ratio`` (the end's gain over replicate
     0's, one seed: common random numbers), each arm's stability the end's where it
     differs from replicate 0's and the cell's otherwise; the verdict from
-    :func:`~.decision.with_verdicts` at the cell's ``pays_at``; ``flips`` where it is not
+    :func:`~sessiongen.analysis.payoff.with_verdicts` at the cell's ``pays_at``; ``flips``
+    where it is not
     the cell's. Rows in :data:`SENSITIVITY_COLUMNS` order, keyed as the what-if table."""
     keys = ["config", *CELL]
     front = ["label", *(v.key for v in varies)]

@@ -1,6 +1,7 @@
 """Server counters from ``GET /metrics`` (Prometheus text), parsed with prometheus_client.
 
-The counters sessiongen attributes cache hits with (vLLM names, cumulative tokens):
+The counters sessiongen attributes cache hits with (vLLM names, cumulative tokens; the
+names are the records' :mod:`sessiongen.records.counters`):
 
 - ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``: the replica's
   own (GPU) prefix cache;
@@ -18,18 +19,32 @@ from collections.abc import Mapping
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-LOCAL_HITS = "vllm:prefix_cache_hits_total"
-LOCAL_QUERIES = "vllm:prefix_cache_queries_total"
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
-EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
+from sessiongen.records.counters import (
+    EXTERNAL_HITS,
+    EXTERNAL_QUERIES,
+    LOCAL_HITS,
+    LOCAL_QUERIES,
+    RUNNING,
+    TRACKED,
+    WAITING,
+)
+
+__all__ = [
+    "EXTERNAL_HITS",
+    "EXTERNAL_QUERIES",
+    "LOCAL_HITS",
+    "LOCAL_QUERIES",
+    "RUNNING",
+    "TRACKED",
+    "WAITING",
+    "Snapshot",
+    "delta",
+    "parse",
+    "snapshot",
+]
 
 #: Tracked counters of one replica at one moment, by name.
 Snapshot = dict[str, float]
-
-#: Counters kept in snapshots (others are ignored to keep metrics.parquet small).
-TRACKED = (LOCAL_HITS, LOCAL_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, RUNNING, WAITING)
 
 
 def parse(text: str) -> Snapshot:

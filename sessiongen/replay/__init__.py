@@ -11,6 +11,7 @@ The run's design (its blocks, arrivals, think times and client placements) is
 - :mod:`.workers`: a block's sessions spread over processes (``--workers N``);
 - :mod:`.armcheck`: a block whose replicas say at start they are in the other arm is
   stopped before it is sent;
+- :mod:`.outcome`: what a finished replay comes to (summary, verdicts, exit status);
 - :mod:`.orchestrator`: the run: blocks, warm-ups, counters, the run folder (:func:`replay`);
   its plan without running it (:func:`dry_run`).
 """

@@ -1,8 +1,8 @@
 """The answer first: the pool decision a replay's report and console open with.
 
 The same decision ``sessiongen plan`` gives, from the same reduction
-(:func:`sessiongen.capacity.reduction.measured_decision`: the planner's what-if rows, the
-arms' stability and :func:`~sessiongen.capacity.decision.with_verdicts`), shown with the
+(:func:`sessiongen.analysis.payoff.measured_decision`: the planner's what-if rows, the
+arms' stability and :func:`~sessiongen.analysis.payoff.with_verdicts`), shown with the
 same table (:func:`sessiongen.report.whatif.decision_table`): per placement (and
 context, load level) the session gain with its 95% interval on sessions, the later-turn
 gain, the verdict at ``pays_at`` ("pays", "does not pay", "undecided", "not enough
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from sessiongen.analysis.frames import drop_single_context
+from sessiongen.analysis.payoff import ARM, measured_decision, turn_table
 from sessiongen.analysis.stats import MIN_SESSIONS
-from sessiongen.capacity.grid import WHATIF_COLUMNS, gain_name
-from sessiongen.capacity.reduction import ARM, measured_decision, turn_table
+from sessiongen.analysis.whatif import WHATIF_COLUMNS, gain_name
 from sessiongen.records.run import Run
 from sessiongen.report.document import Element, Heading, Paragraph, Table
 from sessiongen.report.whatif import decision_table

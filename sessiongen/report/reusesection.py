@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from sessiongen.analysis import reuse
 from sessiongen.analysis.arms import pool_chunk_tokens
 from sessiongen.analysis.frames import partition
-from sessiongen.capacity.structure import structure
+from sessiongen.analysis.structure import structure
 from sessiongen.errors import SessiongenError
 from sessiongen.records.run import Run
 from sessiongen.report import figures

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sessiongen.analysis.load import MAX_GROWTH, MIN_SERVED_SHARE
-from sessiongen.capacity.grid import (
+from sessiongen.analysis.whatif import (
     Config,
     Vary,
     describe_columns,
@@ -34,7 +34,6 @@ from sessiongen.capacity.grid import (
     level_name,
     trace_cells,
 )
-from sessiongen.capacity.uncertainty import evidence_lines
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.report import figures
 from sessiongen.report.document import (
@@ -341,6 +340,59 @@ def command_path(path: Path) -> str:
         return str(absolute.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(absolute)
+
+
+def evidence_lines(whatif: pl.DataFrame) -> list[str]:
+    """What a plan's verdicts rest on, as lines for the console and the report: the
+    profile, how its intervals were made (units, distinct replicates, parameter draws,
+    the model error and its source) and each part's median share over the cells."""
+    if whatif.is_empty() or "evidence" not in whatif.columns:
+        return []
+    first = whatif.row(0, named=True)
+    lines = [f"Rests on: {first['evidence']}"]
+    if not first.get("profile_fitted"):
+        lines[0] += (
+            " - every verdict below is on an unfitted profile: fit one with `sessiongen fit`"
+        )
+    units = sorted(set(whatif["unit"].drop_nulls().to_list())) if "unit" in whatif.columns else []
+    draws = int(first.get("parameter_draws") or 0)
+    replicates = int(first.get("replicates") or 1)
+    distinct_n = sorted(set(whatif["distinct_replicates"].to_list()))
+    sigmas = whatif.group_by("regime").agg(pl.col("model_error").first()).sort("regime").iter_rows()
+    model = ", ".join(
+        f"{regime.replace('_', ' ')} {sigma:.3g}" for regime, sigma in sigmas if sigma is not None
+    )
+    lines.append(
+        "95% intervals combine sampling (paired bootstrap over "
+        f"{' / '.join(u + 's' for u in units) or 'sessions'} of "
+        f"{'/'.join(str(d) for d in distinct_n)} distinct replicate(s) of {replicates}), "
+        + (
+            f"the profile's parameters ({draws} bootstrap draws, a predictive interval) "
+            if draws
+            else "no parameter draws (the profile's values taken as exact; the sensitivity "
+            "box shows what they move) "
+        )
+        + f"and the model's own error (log-scale SD: {model or 'unknown'}; "
+        f"{first.get('model_error_source')})"
+    )
+    shares = whatif.select(
+        pl.col("share_sampling").median(),
+        pl.col("share_parameters").median(),
+        pl.col("share_model").median(),
+    ).row(0)
+    if all(v is not None for v in shares):
+        lines.append(
+            "share of the interval's variance, median over cells: sampling "
+            f"{shares[0]:.0%}, parameters {shares[1]:.0%}, model {shares[2]:.0%}"
+        )
+    notes = sorted({n for text in whatif["interval_note"].drop_nulls() for n in text.split("; ")})
+    lines += [f"note: {n}" for n in notes]
+    if replicates > 1 and max(distinct_n) < replicates:
+        lines.append(
+            f"note: {replicates - min(distinct_n)} replicate(s) repeated another's records "
+            "exactly and were counted once"
+        )
+    return lines
 
 
 def write_whatif_report(

@@ -19,7 +19,7 @@ analysis frames once, draws the figures, and writes:
   curves, the details, the method and the run's identity;
 - ``decision.csv``: the decision's rows, one per placement (and context, load level),
   with the what-if columns' names and meanings
-  (:data:`~sessiongen.capacity.grid.WHATIF_COLUMNS`: ``session_gain``, ``later_gain``,
+  (:data:`~sessiongen.analysis.whatif.WHATIF_COLUMNS`: ``session_gain``, ``later_gain``,
   ``later_turn_gain``, ``verdict``, ...), as ``whatif.parquet`` holds a plan's;
 - ``summary.csv``: one row per placement, cache and turn with the columns
   :data:`SUMMARY_COLUMNS` (plus ``context_tokens`` after ``cache`` when the run has more
@@ -46,11 +46,11 @@ from sessiongen import analysis
 from sessiongen.analysis import stats
 from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
+from sessiongen.analysis.payoff import DEFAULT_PAYS_AT
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.analysis.verdicts import Correctness, Equivalence
 from sessiongen.calibrate.verdict import DEFINITION, figure_lines
 from sessiongen.calibrate.verdict import verdict as calibration_verdict
-from sessiongen.capacity.decision import DEFAULT_PAYS_AT
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run, load_run

@@ -36,12 +36,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sessiongen.analysis.payoff import DEFAULT_PAYS_AT
 from sessiongen.errors import ScenarioError, UserError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records import io
-from sessiongen.replay import ReplayOptions, replay
-from sessiongen.report import read_cautions, write_report
+from sessiongen.replay import ReplayOptions, outcome, replay
+from sessiongen.report import read_cautions
 from sessiongen.scenario import schema
 from sessiongen.scenario.schema import spec
 from sessiongen.scenario.spec import Scenario, TargetSpec
@@ -159,13 +160,14 @@ class NightlyRun:
     stored: Path | None = None  # the run's file in the trend store, when newly added
     report: Path | None = None
     error: str | None = None  # the scenario could not run (one line)
+    failure: str | None = None  # it ran and failed as ``replay`` would exit 1 (one line)
     folder: str = ""  # its trend store folder
     problems: tuple[str, ...] = ()  # its report's Problems (warnings), as the report says them
     limits: tuple[str, ...] = ()  # its report's Limits
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.failed and not self.interrupted
+        return self.error is None and self.failure is None and not self.interrupted
 
 
 @dataclass
@@ -193,21 +195,30 @@ class NightlyResult:
 
 
 def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: bool) -> NightlyRun:
-    """Replay one scenario, store it, report it; a UserError is recorded, not raised."""
+    """Replay one scenario, store it, report it, judge it as ``sessiongen replay`` does
+    (:func:`sessiongen.replay.outcome.judge`, quietly); a UserError is recorded, not raised."""
     run = NightlyRun(sc.name, sc.source, folder=f"{sc.name}-{sc.digest()}")
     try:
-        outcome = replay(sc, ReplayOptions(runs_dir=runs_dir, progress=progress))
+        result = replay(sc, ReplayOptions(runs_dir=runs_dir, progress=progress))
     except UserError as exc:
         run.error = str(exc)
         return run
-    run.run_dir, run.requests = outcome.run_dir, outcome.requests
-    run.folder = RunIdentity.of(io.read_meta(outcome.run_dir)).folder  # as the store files it
-    run.failed, run.interrupted = outcome.failed, outcome.interrupted
-    if outcome.interrupted:
+    run.run_dir, run.requests = result.run_dir, result.requests
+    run.folder = RunIdentity.of(io.read_meta(result.run_dir)).folder  # as the store files it
+    run.failed, run.interrupted = result.failed, result.interrupted
+    if result.interrupted:
         return run
-    run.stored = next(iter(trend_add([outcome.run_dir], store)), None)
-    if report:
-        run.report = write_report(outcome.run_dir)
+    run.stored = next(iter(trend_add([result.run_dir], store)), None)
+    verdict = outcome.judge(
+        result,
+        strict_arms=sc.target.strict_arms,
+        write_report=report,
+        pays_at=DEFAULT_PAYS_AT,
+        say=outcome.quiet,
+    )
+    run.failure = None if verdict.error is None else str(verdict.error)
+    if verdict.report is not None:
+        run.report = verdict.report
         cautions = read_cautions(run.report.parent) or {}
         run.problems = tuple(cautions.get("problems", ()))
         run.limits = tuple(cautions.get("limits", ()))
@@ -221,6 +232,8 @@ def _outcome(run: NightlyRun) -> str:
     if run.interrupted:
         return "interrupted"
     said = f"{run.requests} requests" + (f", {run.failed} failed" if run.failed else "")
+    if run.failure is not None and not run.failed:  # cache failures, or a strict arm check
+        said += f", {run.failure}"
     if run.report:
         for n, what in ((len(run.limits), "limit"), (len(run.problems), "problem")):
             said += f", {n} {what}{'' if n == 1 else 's'}"

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sessiongen.capacity.decision import verdict
+from sessiongen.analysis.payoff import verdict
 from sessiongen.cli import main
 from tests.support.paths import ROOT
 

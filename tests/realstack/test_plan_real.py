@@ -50,8 +50,9 @@ import polars as pl
 import pytest
 
 from sessiongen import replay, scenario
-from sessiongen.capacity import agreement, fit, plan, structure
-from sessiongen.capacity.grid import Vary
+from sessiongen.analysis import structure
+from sessiongen.analysis.whatif import Vary
+from sessiongen.capacity import agreement, fit, plan
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import kv_bytes_per_token

@@ -159,7 +159,7 @@ def test_every_new_scenario_key_says_what_it_is() -> None:
 
 
 def test_every_record_and_table_column_has_an_entry() -> None:
-    from sessiongen.capacity.grid import ROW_COLUMNS, WHATIF_COLUMNS
+    from sessiongen.analysis.whatif import ROW_COLUMNS, WHATIF_COLUMNS
     from sessiongen.records.format import METRICS_SCHEMA, REQUEST_SCHEMA
 
     page = GEN.records_page()

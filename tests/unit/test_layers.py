@@ -83,10 +83,54 @@ def offending(subpackage: str, forbidden: tuple[str, ...]) -> list[str]:
                 "sessiongen.client",
             ),
         ),
+        # one experiment, clock-free and I/O-free, that replay and the planner both drive
+        (
+            "experiment",
+            (
+                "sessiongen.replay",
+                "sessiongen.capacity",
+                "sessiongen.client",
+                "sessiongen.sim",
+                "sessiongen.targets",
+            ),
+        ),
+        # the report renders; the planner calls it to write its own report, never the
+        # other way (what both need is analysis': payoff, whatif, structure)
+        ("report", ("sessiongen.capacity",)),
+        # analysis reads records, never the client or replay (counter names: records)
+        ("analysis", ("sessiongen.client", "sessiongen.replay")),
+        # a format knows no statistics and no stage that writes it
+        (
+            "records",
+            (
+                "sessiongen.analysis",
+                "sessiongen.report",
+                "sessiongen.replay",
+                "sessiongen.client",
+                "sessiongen.capacity",
+            ),
+        ),
     ],
 )
 def test_no_import_across_a_layer(subpackage: str, forbidden: tuple[str, ...]) -> None:
     assert offending(subpackage, forbidden) == []
+
+
+def test_no_module_takes_a_name_from_the_package_root() -> None:
+    """``sessiongen``'s root is the front door, whose names load replay and report: a
+    module of a stage that took a name from it (``__version__``, say) would point up at
+    them. Modules are taken from it (``from sessiongen import analysis``); names are not."""
+    found = []
+    for path in sorted(PACKAGE.glob("*/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "sessiongen" and not node.level:
+                found += [
+                    f"{path.relative_to(ROOT)}: {alias.name}"
+                    for alias in node.names
+                    if not (PACKAGE / alias.name).is_dir()
+                    and not (PACKAGE / f"{alias.name}.py").is_file()
+                ]
+    assert found == []
 
 
 def test_infra_imports_only_errors_and_itself() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiongen import analysis, cli
+from sessiongen import analysis
 from sessiongen.analysis import stats
 from sessiongen.analysis.adequacy import (
     MEASURED_COVERAGE,
@@ -19,6 +19,7 @@ from sessiongen.analysis.adequacy import (
     interval_warnings,
     p90_coverage_note,
 )
+from sessiongen.replay import outcome
 from tests.support.coverage import MODELS, coverage
 from tests.support.synthetic import SyntheticSpec, write_run
 
@@ -56,7 +57,7 @@ def test_few_sessions_are_warned_about_in_console_and_report(
     [warning] = interval_warnings(analysis.load_run(few))
     assert "Only 4 sessions per arm" in warning and f"at least {stats.MIN_SESSIONS}" in warning
     assert "87% to 93%" in warning
-    cli._summarize(few, report=True, pays_at=1.1)
+    outcome.summarize(few, write=True, pays_at=1.1, say=lambda text, err=False: print(text))
     printed = capsys.readouterr().out
     assert "warning: Only 4 sessions per arm" in printed
     assert "Only 4 sessions per arm" in (few / "report" / "report.md").read_text()

@@ -7,18 +7,15 @@ import math
 import polars as pl
 import pytest
 
-from sessiongen.capacity.decision import (
+from sessiongen.analysis.payoff import (
     STRIDE,
-    bisect,
     objective_verdict,
-    parse_find,
     pooled,
-    replicate_sets,
     unstable_verdict,
-    value_text,
     verdict,
     with_verdicts,
 )
+from sessiongen.capacity.decision import bisect, parse_find, replicate_sets, value_text
 from sessiongen.errors import UserError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from sessiongen.capacity.grid import (
+from sessiongen.analysis.whatif import (
     TRACE_LEVEL,
     WHATIF_COLUMNS,
     describe_columns,

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from sessiongen.analysis.payoff import with_verdicts
 from sessiongen.capacity import heldout, plan
-from sessiongen.capacity.decision import with_verdicts
 from sessiongen.records.run import load_run
 from tests.support.paths import ROOT
 

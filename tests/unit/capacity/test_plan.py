@@ -9,7 +9,8 @@ import pytest
 
 from sessiongen import scenario
 from sessiongen.analysis import SESSION_GAIN, load_run, session_speedup
-from sessiongen.capacity.grid import WHATIF_COLUMNS, Vary, configs
+from sessiongen.analysis.whatif import WHATIF_COLUMNS, Vary
+from sessiongen.capacity.grid import configs
 from sessiongen.capacity.plan import whatif_rows
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.cli import main

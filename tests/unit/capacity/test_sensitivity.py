@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from sessiongen import scenario
-from sessiongen.capacity.grid import Vary
+from sessiongen.analysis.whatif import Vary
 from sessiongen.capacity.sensitivity import (
     SENSITIVITY_COLUMNS,
     console_lines,

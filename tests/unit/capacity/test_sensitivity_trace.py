@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from bench.plan_trace import write_trace
-from sessiongen.capacity.decision import with_verdicts
+from sessiongen.analysis.payoff import with_verdicts
 from sessiongen.capacity.grid import configs
 from sessiongen.capacity.plan import plan, whatif_rows
 from sessiongen.capacity.sensitivity import judge, plan_ends, replicate_zero, with_robustness

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sessiongen.capacity.grid import Vary
+from sessiongen.analysis.whatif import Vary
 from sessiongen.capacity.plan import plan
 from sessiongen.capacity.sweep import SweepOptions, run_all
 from sessiongen.cli import main

@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 
 from sessiongen import scenario
+from sessiongen.analysis.payoff import UNFITTED
 from sessiongen.capacity import plan
-from sessiongen.capacity.evidence import UNFITTED, evidence
+from sessiongen.capacity.evidence import evidence
 from sessiongen.capacity.modelerror import default_model_error
 from sessiongen.capacity.uncertainty import combine, predictive_half_width, regime
 from sessiongen.records.run import load_run

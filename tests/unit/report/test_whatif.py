@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
-from sessiongen.capacity.grid import Vary
+from sessiongen.analysis.whatif import Vary
 from sessiongen.capacity.plan import plan
 from sessiongen.capacity.sweep import SweepOptions
 from sessiongen.records.run import load_run

@@ -248,6 +248,7 @@ def test_failed_requests_make_the_night_fail_but_are_stored(
     result = nightly.run_nightly(suite(tmp_path, "flaky"), tmp_path / "store", tmp_path / "runs")
     [run] = result.runs
     assert run.failed == 1 and run.stored is not None and result.exit_code == 1
+    assert run.failure is not None and run.failure.startswith("1 of 48 requests failed (1 timeout)")
     assert result.check is not None and result.check.findings.is_empty()  # one night only
 
 
@@ -265,11 +266,11 @@ def test_each_run_gets_its_report(
 ) -> None:
     written: list[Path] = []
 
-    def write_report(run_dir: Path) -> Path:
+    def write_report(run_dir: Path, **_: object) -> Path:
         written.append(run_dir)
         return run_dir / "report.md"
 
-    monkeypatch.setattr(nightly, "write_report", write_report)
+    monkeypatch.setattr("sessiongen.report.write_report", write_report)
     result = nightly.run_nightly(suite(tmp_path, "smoke"), tmp_path / "store", tmp_path / "runs")
     assert written == [result.runs[0].run_dir]
     assert result.runs[0].report == result.runs[0].run_dir / "report.md"  # type: ignore[operator]
