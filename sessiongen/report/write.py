@@ -35,6 +35,7 @@ atomically.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -751,23 +752,30 @@ def build_blocks(
     figures: dict[str, Path],
     boot: Bootstrap,
     *,
-    decision: list[Element] | None = None,
+    decision: Sequence[Element] = (),
+    load: Sequence[Element] = (),
+    reuse: Sequence[Element] = (),
 ) -> list[Element]:
-    """The report as document blocks: the ``decision`` section first (none given: none
-    shown), then limits and problems, then the per-turn curve and the details."""
-    return [
-        *_header(run),
-        *(decision or []),
-        *_limits(run, frames),
-        *_problems(run, frames),
-        *routing_section(run, boot),
-        *_headline(run, frames, figures, boot),
-        *_details(frames, figures),
-        *_fidelity(run, frames),
-        *_overhead(run),
-        *_method(run, boot, frames.equivalence.logprob_tol),
-        *_identity(run),
+    """The report as document blocks, its sections in reading order: the ``decision``
+    first (none given: none shown), then limits and problems, the routers, a load run's
+    ``load`` headline and a trace's ``reuse`` (what the trace allows, before the headline
+    of what the pool bought), the per-turn curve, and the details."""
+    sections: list[Sequence[Element]] = [
+        _header(run),
+        decision,
+        _limits(run, frames),
+        _problems(run, frames),
+        routing_section(run, boot),
+        load,
+        reuse,
+        _headline(run, frames, figures, boot),
+        _details(frames, figures),
+        _fidelity(run, frames),
+        _overhead(run),
+        _method(run, boot, frames.equivalence.logprob_tol),
+        _identity(run),
     ]
+    return [block for section in sections for block in section]
 
 
 def write_report(
@@ -800,21 +808,16 @@ def write_report(
         decision = decide(whole, pays_at)  # its rows keep the levels as a key
     if decision is not None:
         atomic_write_bytes(out / DECISION_FILE, decision_frame(decision).write_csv().encode())
-    blocks = build_blocks(run, frames, figures, boot, decision=section(decision))
-    if is_load_run(run):  # the load headline goes right after the problems
-        at = next(
-            i
-            for i, b in enumerate(blocks)
-            if isinstance(b, Heading) and b.text.startswith("Headline")
-        )
-        blocks[at:at] = load_section(whole, out, plots.caption(run), boot)
-    if run.trace:  # what the trace allows, before the headline of what the pool bought
-        at = next(
-            i
-            for i, b in enumerate(blocks)
-            if isinstance(b, Heading) and b.text.startswith("Headline")
-        )
-        blocks[at:at] = reuse_section(run, out, plots.caption(run))
+    note = plots.caption(run)
+    blocks = build_blocks(
+        run,
+        frames,
+        figures,
+        boot,
+        decision=section(decision),
+        load=load_section(whole, out, note, boot) if is_load_run(run) else (),
+        reuse=reuse_section(run, out, note) if run.trace else (),
+    )
     _point_to_problems(blocks)
     atomic_write_bytes(out / "report.md", to_markdown(blocks, out).encode())
     html = to_html(blocks, f"sessiongen report: {run.run_id}")
