@@ -705,10 +705,11 @@ def compare_runs(
     for key in keys:
         named = dict(zip(CELL_KEYS, key, strict=True))
         subs = [p.get(key) for p in parts]
-        if any(s is None for s in subs):
+        present = [s for s in subs if s is not None]
+        if len(present) < len(subs):
             rows.append(_missing_row(named, subs[:k], subs[k:]))
             continue
-        cells.append(_resampled(named, tuple(subs[:k]), tuple(subs[k:]), boot))  # type: ignore[arg-type]
+        cells.append(_resampled(named, tuple(present[:k]), tuple(present[k:]), boot))
     noise = resolve_run_noise(cells, run_noise, (len(side_a), len(side_b)))
     rows += _cell_rows(cells, noise, threshold, alpha, failure_margin)
     frame = frame_from_rows(rows, CELL_KEYS, side_a[0].requests, COMPARE_VALUES)

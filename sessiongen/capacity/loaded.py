@@ -122,7 +122,7 @@ def is_loaded(run: Run) -> bool:
     if load.get("arrival", "closed") != "closed":
         return True
     levels = run.ok["load_level"].drop_nulls()
-    if not levels.is_empty() and float(levels.max() or 0) > 1:  # type: ignore[arg-type]
+    if (levels > 1).any():
         return True
     driver = run.meta.scenario.get("driver") or {}
     return int(driver.get("concurrency") or 1) > 1

@@ -75,21 +75,21 @@ class _Outcome(Generic[R]):
     """What a task sends back: its result, or the message of the user error it raised
     (a :class:`~sessiongen.errors.ScenarioError` does not survive pickling as itself)."""
 
-    result: R | None = None
+    result: tuple[R] | None = None  # boxed: a task may return None itself
     user_error: str | None = None
 
 
 def _call(task: Callable[[T], R], item: T) -> _Outcome[R]:
     try:
-        return _Outcome(result=task(item))
+        return _Outcome(result=(task(item),))
     except UserError as exc:
         return _Outcome(user_error=str(exc))
 
 
 def _unwrap(outcome: _Outcome[R]) -> R:
-    if outcome.user_error is not None:
-        raise UserError(outcome.user_error)
-    return outcome.result  # type: ignore[return-value]  # None only with an error
+    if outcome.result is None:
+        raise UserError(outcome.user_error or "a task failed without a message")
+    return outcome.result[0]
 
 
 def run_all(

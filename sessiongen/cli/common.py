@@ -51,17 +51,21 @@ def load_scenario(path: str, overrides: tuple[str, ...]) -> scenario_mod.Scenari
 
 
 class UserFacingError(click.ClickException):
-    """A :class:`UserError` shown by click as one line."""
+    """A :class:`UserError` shown by click as one line, with its exit status."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code  # type: ignore[misc]  # click's is a class default
+    exit_code = UserError.exit_code
 
     def format_message(self) -> str:
         return self.message
 
     def show(self, file: Any = None) -> None:
         click.echo(f"sessiongen: error: {self.format_message()}", err=True)
+
+
+class FailedRunMessage(UserFacingError):
+    """A :class:`RunFailedError` shown by click as one line, with its exit status."""
+
+    exit_code = RunFailedError.exit_code
 
 
 class Group(click.Group):
@@ -71,9 +75,9 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            raise UserFacingError(str(exc), exc.exit_code) from None
+            raise UserFacingError(str(exc)) from None
         except RunFailedError as exc:
-            raise UserFacingError(str(exc), exc.exit_code) from None
+            raise FailedRunMessage(str(exc)) from None
 
 
 STORE_OPTION = click.option(

@@ -15,7 +15,7 @@ import subprocess
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import polars as pl
 
@@ -121,8 +121,11 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     atomic_write_json(run_dir / "manifest.json", manifest)
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """Read a run's manifest as JSON; a one-line :class:`RunDirError` when missing or broken."""
+def read_manifest(run_dir: Path) -> Manifest:
+    """Read a run's manifest as JSON; a one-line :class:`RunDirError` when missing or broken.
+
+    Typed as written today; older manifests lack later keys, so readers ``.get`` those
+    (:class:`~sessiongen.records.format.RunMeta` parses every version once)."""
     path = Path(run_dir) / "manifest.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -133,7 +136,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema_version") not in READABLE_VERSIONS:
         readable = ", ".join(map(str, READABLE_VERSIONS))
         raise RunDirError(f"{path}: schema_version: expected one of {readable}")
-    return data
+    return cast(Manifest, data)  # the JSON border: checked for a readable version above
 
 
 def read_meta(run_dir: Path) -> RunMeta:
