@@ -25,6 +25,7 @@ from typing import Protocol
 
 from sessiongen import analysis
 from sessiongen import report as report_mod
+from sessiongen.analysis.payoff import DEFAULT_PAYS_AT
 from sessiongen.errors import CacheFailureError, RunFailedError
 from sessiongen.infra import signals
 from sessiongen.replay.orchestrator import ReplayResult
@@ -59,7 +60,9 @@ class Verdict:
         return self.error.exit_code if self.error is not None else 0
 
 
-def summarize(run_dir: Path, *, write: bool, pays_at: float, say: Say) -> Path | None:
+def summarize(
+    run_dir: Path, *, write: bool, say: Say, pays_at: float = DEFAULT_PAYS_AT
+) -> Path | None:
     """Say the decision (as plan gives it, at ``pays_at``), then the per-turn table and
     what limits it (too few sessions, drift unchecked); write the report when ``write``."""
     whole = analysis.load_run(run_dir)
@@ -106,7 +109,12 @@ def arm_check(run_dir: Path, *, say: Say) -> str | None:
 
 
 def judge(
-    result: ReplayResult, *, strict_arms: bool, write_report: bool, pays_at: float, say: Say
+    result: ReplayResult,
+    *,
+    strict_arms: bool,
+    write_report: bool,
+    say: Say,
+    pays_at: float = DEFAULT_PAYS_AT,
 ) -> Verdict:
     """Summarize a finished replay, check it, and say what it comes to (module docstring).
 

@@ -36,7 +36,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sessiongen.analysis.payoff import DEFAULT_PAYS_AT
 from sessiongen.errors import ScenarioError, UserError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.infra.tomlfile import read_toml
@@ -213,7 +212,6 @@ def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: 
         result,
         strict_arms=sc.target.strict_arms,
         write_report=report,
-        pays_at=DEFAULT_PAYS_AT,
         say=outcome.quiet,
     )
     run.failure = None if verdict.error is None else str(verdict.error)
