@@ -24,7 +24,7 @@ from typing import Any
 
 from sessiongen.errors import MissingDependencyError, ScenarioError
 from sessiongen.launch import faults
-from sessiongen.launch.tinymodel import BUILTIN_TINY, SERVE_DTYPE, build_tiny_model
+from sessiongen.launch.tinymodel import RECIPES, TINY, build_tiny_model
 from sessiongen.scenario.spec import ManagedFault, ManagedSpec
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
@@ -124,14 +124,18 @@ def default_model_cache() -> Path:
 def resolve_model(model: str, tiny_dir: Path) -> tuple[str, bool]:
     """The ``--model`` argument for ``target.managed.model`` and whether its weights are dummy.
 
-    ``builtin:tiny`` is built (idempotently) in ``tiny_dir``; an existing local
+    ``builtin:tiny`` is built (idempotently) in ``tiny_dir``, another built-in model
+    (``builtin:llama-1b``) in a sibling folder named after it; an existing local
     directory is made absolute (LMCache keys its pool by this string, so every replica
     must get the same one); anything else is passed on as a Hugging Face id.
     """
-    if model == BUILTIN_TINY:
+    recipe = RECIPES.get(model)
+    if recipe is not None:
         # Real seeded weights on disk, not --load-format dummy: dummy weights answer
         # every prompt alike, so the equivalence probe could not fail (see tinymodel).
-        return str(build_tiny_model(tiny_dir).resolve()), False
+        # Other built-ins go beside the tiny model's folder, each in its own.
+        dest = tiny_dir if recipe is TINY else tiny_dir.parent / recipe.cache_dir
+        return str(build_tiny_model(dest, recipe=recipe).resolve()), False
     if model.startswith("builtin:"):
         raise ScenarioError(
             "scenario", "target.managed.model", f'unknown built-in model, got "{model}"'
@@ -213,8 +217,9 @@ def vllm_argv(
     Cache OFF is the same command without the connector: vLLM's own prefix cache stays on
     in both arms. ``--enable-prompt-tokens-details`` makes every response report its
     cached prompt tokens. ``dummy_weights`` adds ``--load-format dummy`` (random weights,
-    none read from disk); the fixed seed makes such replicas identical. ``builtin:tiny``
-    runs in :data:`~.tinymodel.SERVE_DTYPE` unless ``vllm_args`` choose a ``--dtype``.
+    none read from disk); the fixed seed makes such replicas identical. A built-in model
+    runs in its recipe's ``serve_dtype`` (``builtin:tiny``: float32, see
+    :data:`~.tinymodel.SERVE_DTYPE`) unless ``vllm_args`` choose a ``--dtype``.
     ``fingerprint`` makes the replica name itself in every response's
     ``system_fingerprint`` (see :func:`fingerprint_supported`). A fault planted in
     ``spec.fault`` goes into the connector (cache ON only), logging to ``fault_log``.
@@ -222,8 +227,8 @@ def vllm_argv(
     argv = [python, "-m", VLLM_MODULE, "--model", model_arg]
     if dummy_weights:
         argv += ["--load-format", "dummy", "--dtype", "bfloat16"]
-    elif spec.model == BUILTIN_TINY and not _has_flag(spec.vllm_args, ("--dtype",)):
-        argv += ["--dtype", SERVE_DTYPE]
+    elif spec.model in RECIPES and not _has_flag(spec.vllm_args, ("--dtype",)):
+        argv += ["--dtype", RECIPES[spec.model].serve_dtype]
     argv += [
         "--served-model-name",
         served_name,
@@ -265,9 +270,11 @@ def env_overrides(
     replica (``replica`` is its index, None for LMCache) gets its own share of the
     machine: on CUDA a slice of the visible GPUs, ``gpus_per_replica`` wide (the GPUs
     listed in ``CUDA_VISIBLE_DEVICES``, from ``spec.env`` or the environment, else 0, 1,
-    ...); on CPU its own cores for its compute threads (:func:`cpu_binding`), unless
-    the user set :data:`CPU_BIND_VAR` (in ``spec.env`` or the environment). ``dev_mode``
-    sets :data:`DEV_MODE_VAR` on replicas, for cache resets between blocks.
+    ...; fewer GPUs than replicas are shared when ``--gpu-memory-utilization`` says the
+    replicas fit, see :func:`gpus_shared`); on CPU its own cores for its compute threads
+    (:func:`cpu_binding`), unless the user set :data:`CPU_BIND_VAR` (in ``spec.env`` or
+    the environment). ``dev_mode`` sets :data:`DEV_MODE_VAR` on replicas, for cache
+    resets between blocks.
     """
     base = os.environ if base_env is None else base_env
     env = dict(STACK_ENV)
@@ -319,14 +326,50 @@ def _gpu_slice(spec: ManagedSpec, replica: int, base: Mapping[str, str]) -> list
     if listed is None:
         return [str(i) for i in range(replica * width, (replica + 1) * width)]
     visible = [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
-    if len(visible) < spec.replicas * width:
+    need = spec.replicas * width
+    if len(visible) >= need:
+        return visible[replica * width : (replica + 1) * width]
+    if not visible or len(visible) % width or not gpus_shared(spec, len(visible)):
         raise ScenarioError(
             "scenario",
             "target.managed.gpus_per_replica",
-            f"{spec.replicas} replicas x {width} GPUs need {spec.replicas * width}, "
-            f'but CUDA_VISIBLE_DEVICES lists {len(visible)} ("{listed}")',
+            f"{spec.replicas} replicas x {width} GPUs need {need}, "
+            f'but CUDA_VISIBLE_DEVICES lists {len(visible)} ("{listed}"); to share GPUs, '
+            "give each replica --gpu-memory-utilization in target.managed.vllm_args "
+            "small enough that the replicas on one GPU add up to at most 1",
         )
-    return visible[replica * width : (replica + 1) * width]
+    first = (replica * width) % len(visible)
+    return visible[first : first + width]
+
+
+def gpus_shared(spec: ManagedSpec, gpus: int) -> bool:
+    """Whether ``spec.replicas`` replicas may share ``gpus`` GPUs.
+
+    vLLM takes ``--gpu-memory-utilization`` (default 0.9) of each GPU's whole memory
+    for itself, so two default replicas on one GPU fail at start-up for want of memory.
+    Sharing is allowed only when the fraction given in ``vllm_args``, times the most
+    replicas any one GPU gets (dealt round-robin), is at most 1.
+    """
+    fraction = _flag_value(spec.vllm_args, "--gpu-memory-utilization")
+    if fraction is None:
+        return False
+    slices = gpus // spec.gpus_per_replica
+    per_gpu = -(-spec.replicas // max(1, slices))  # ceil
+    try:
+        return per_gpu * float(fraction) <= 1.0
+    except ValueError:
+        return False
+
+
+def _flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value of ``name`` in a command line (``--name V`` or ``--name=V``), last wins."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def _has_flag(args: Sequence[str], names: Sequence[str]) -> bool:

