@@ -32,12 +32,15 @@ from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
 from sessiongen.design.blocks import BlockPlan, load_levels, plan_blocks
 from sessiongen.errors import EndpointError, UserError
+from sessiongen.experiment import load
+from sessiongen.experiment.facts import TurnFacts, warmup_placed
+from sessiongen.experiment.head import block_entry, block_order, run_head
+from sessiongen.experiment.warmups import warmup_tokens, warmups
 from sessiongen.infra import signals
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
 from sessiongen.records.format import (
-    SCHEMA_VERSION,
     BlockEntry,
     CounterRecord,
     Manifest,
@@ -49,7 +52,7 @@ from sessiongen.replay import routing, runner, workers
 from sessiongen.replay.armcheck import arm_contradiction
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets import Target, make_target
-from sessiongen.workload.sessions import SessionBuilder
+from sessiongen.workload.sessions import SessionBuilder, TurnRequest
 from sessiongen.workload.textgen import generator_for
 
 
@@ -151,26 +154,14 @@ class _Replay:
         except OSError as exc:
             raise output_error(self.run_dir, exc) from None
         self.result = ReplayResult(self.run_dir)
-        manifest: Manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "scenario_name": scenario.name,
-            "scenario_source": scenario.source,
-            "scenario": scenario.to_dict(),
-            "scenario_digest": scenario.digest(),
-            "seed": scenario.seed,
-            "salt": self.salt,
-            "tokenizer": first.tokenizer.identity,
-            "text_generator": first.generator.identity,
-            "tool": io.tool_identity(),
-            "host": io.host_facts(),
-            "target": {},
-            "block_order": [],
-            "blocks": [],
-            "started_at": io.now_iso(),
-            "ended_at": None,
-            "complete": False,
-        }
+        manifest = run_head(
+            scenario,
+            run_id=self.run_id,
+            salt=self.salt,
+            tokenizer=first.tokenizer.identity,
+            text_generator=first.generator.identity,
+            target={},
+        )
         self.recorder = _Recorder(self.run_dir, manifest, self.lag)
         target.attach(self.run_dir)
 
@@ -192,7 +183,7 @@ class _Replay:
         self.manifest["target"] = self.target.describe()
         self.recorder.save_manifest()
         plan = plan_blocks(self.scenario, self.target.runnable_blocks(self.scenario.design.blocks))
-        self.manifest["block_order"] = [{"placement": b.placement, "cache": b.cache} for b in plan]
+        self.manifest["block_order"] = block_order(plan)
         lag_task = asyncio.create_task(self.lag.run())
         driver = self.scenario.driver
         client = Client(driver.concurrency, driver.connect_timeout_s)
@@ -210,23 +201,17 @@ class _Replay:
         """One block from opening its replicas to closing them; ``next_cache`` (the arm of
         the block that follows) lets the target keep processes for a block of its arm."""
         salt = self.salt if self.target.restarts else f"{self.salt}-b{plan.block}"
-        entry: BlockEntry = {
-            "block": plan.block,
-            "placement": plan.placement,
-            "cache": plan.cache,
-            "block_in_placement": plan.block_in_placement,
-            "salt": salt,
-            "status": "interrupted",
-            "started_at": io.now_iso(),
-        }
+        entry = block_entry(plan, salt=salt, status="interrupted")
         self.manifest["blocks"].append(entry)
         self.recorder.save_manifest()
+        count = len(self.builder(salt).sessions())
+        in_flight = load.in_flight(self.scenario, plan.level, count)
         try:
             urls = await self.target.open_block(plan.cache)
             gateway = await self.open_gateway(plan)
             for url in [*urls, *([gateway] if gateway else [])]:
                 # no measured request pays for connection setup
-                await client.prewarm(url, min(self._in_flight(plan), 256))
+                await client.prewarm(url, min(in_flight, 256))
         except EndpointError as exc:
             # Replicas that cannot start fail this block only; the next one starts afresh.
             entry["status"], entry["error"], entry["ended_at"] = "failed", str(exc), io.now_iso()
@@ -342,76 +327,46 @@ class _Replay:
                     )
                 )
 
-    def _in_flight(self, plan: BlockPlan) -> int:
-        """Sessions in flight at most in a block (connections worth opening ahead)."""
-        sessions = self.scenario.sessions
-        builder = self._builder
-        if builder is not None and builder.is_trace:
-            return max(1, min(len(builder.sessions()), self.scenario.load.max_in_flight))
-        total = sessions.count * len(sessions.initial_context_tokens)
-        cap = int(plan.level) if self.scenario.load.arrival == "closed" else total
-        return max(1, min(cap, total))
-
     def warmup_tokens(self) -> int:
-        """Context length of each warm-up: ``design.warmup_tokens``, else two of the
-        target's pool chunks (at least 256 tokens), so that the pool stores whole chunks
-        and the second hop reads them back: shorter than a chunk, nothing is stored and
-        the first measured cross-replica request pays the cold pool path."""
-        given = self.scenario.design.warmup_tokens
-        if given is not None:
-            return given
-        return max(256, 2 * (self.target.pool_chunk_tokens or 256))
+        """Context length of each warm-up (:func:`~sessiongen.experiment.warmups.warmup_tokens`)."""
+        return warmup_tokens(self.scenario.design.warmup_tokens, self.target.pool_chunk_tokens)
 
     async def warmup(self, ctx: runner.BlockContext, salt: str) -> None:
-        """Warm-up requests of distinct content; recorded, flagged, excluded from results.
-
-        Each warm-up prompt runs on its replica and then again on the next one, so the
-        path that serves a prefix from another replica (the shared pool, when on) is
-        warm too: a fresh LMCache's first retrievals are several times slower. They run
-        one at a time, so their counters are read around each (the records say whether
-        the pool path was exercised).
-        """
+        """The block's warm-ups (:func:`~sessiongen.experiment.warmups.warmups`), one at a
+        time; recorded, flagged, excluded from results. Counters are read around each
+        (the records say whether the pool path was exercised); those through the router
+        find their replica as routed turns do."""
         builder = self.builder(salt)
-        n = len(ctx.urls)
+        tokens = self.warmup_tokens()
         http = ctx.client.http
-        for i in range(self.scenario.design.warmup_requests):
-            for replica in range(n):
-                req = builder.warmup(f"b{ctx.plan.block}-r{replica}-{i}", self.warmup_tokens())
-                for hop, target in enumerate(dict.fromkeys([replica, (replica + 1) % n])):
-                    before = await counters.snapshot(http, ctx.urls[target])
-                    res = await runner.send_turn(ctx, target, req)
-                    after = await counters.snapshot(http, ctx.urls[target])
-                    self.on_record(
-                        runner.record_of(
-                            ctx,
-                            req,
-                            res,
-                            replica=target,
-                            cross_replica=hop > 0,
-                            warmup=True,
-                            queue_s=0.0,
-                            before=before,
-                            after=after,
-                        )
-                    )
-        if ctx.gateway is not None:
-            await self.warmup_gateway(ctx, builder)
-
-    async def warmup_gateway(self, ctx: runner.BlockContext, builder: SessionBuilder) -> None:
-        """Warm-ups through the block's router as well, each its own session, so that its
-        connections to the replicas are open before the first measured turn."""
-        for i in range(self.scenario.design.warmup_requests * max(1, len(ctx.urls))):
-            req = builder.warmup(f"b{ctx.plan.block}-gw-{i}", self.warmup_tokens())
-            res, served = await routing.send(ctx, req)
+        plan = ctx.plan
+        rounds = self.scenario.design.warmup_requests
+        req: TurnRequest | None = None
+        for warm in warmups(
+            block=plan.block, replicas=len(ctx.urls), rounds=rounds, routed=ctx.gateway is not None
+        ):
+            if req is None or req.session_id != f"warmup-{warm.key}":
+                req = builder.warmup(warm.key, tokens)
+            if warm.replica is None:
+                res, served = await routing.send(ctx, req)
+            else:
+                url = ctx.urls[warm.replica]
+                before = await counters.snapshot(http, url)
+                res = await runner.send_turn(ctx, warm.replica, req)
+                after = await counters.snapshot(http, url)
+                served = routing.Served(warm.replica, "placement", before, after)
+            facts = TurnFacts.of(
+                req,
+                warmup_placed(warm.hop),
+                replica=served.replica,
+                warmup=True,
+                prompt_digest=req.prompt_digest(),
+            )
             self.on_record(
                 runner.record_of(
                     ctx,
-                    req,
+                    facts,
                     res,
-                    replica=served.replica,
-                    cross_replica=False,
-                    warmup=True,
-                    queue_s=0.0,
                     before=served.before,
                     after=served.after,
                     replica_source=served.source,
@@ -468,8 +423,7 @@ def replay(scenario: Scenario, opts: ReplayOptions) -> ReplayResult:
             f"--workers {opts.workers}: expected driver.concurrency >= {max(2, opts.workers)} "
             "(each worker needs a stream; concurrency 1 keeps per-request counters exact)"
         )
-    open_loop = scenario.load.arrival != "closed" or scenario.sessions.source == "trace"
-    if opts.workers > 1 and open_loop and scenario.load.max_in_flight < opts.workers:
+    if opts.workers > 1 and load.open_loop(scenario) and scenario.load.max_in_flight < opts.workers:
         raise UserError(
             f"--workers {opts.workers}: expected load.max_in_flight >= {opts.workers} "
             "(each worker runs a session at a time at least; max_in_flight = 1 keeps "

@@ -1,8 +1,8 @@
 """Where each turn goes and which replica served it: the routing decision, in one place.
 
 - **Client placements** (``alternate``, ``fixed``, ``random``, ``move-at:K``): the
-  client picks the replica (:func:`~sessiongen.design.placement.replica_for`) and sends
-  the turn to it. ``replica_source`` is ``placement``.
+  block's script picks the replica (:func:`~sessiongen.design.placement.replica_for`)
+  and the turn is sent to it. ``replica_source`` is ``placement``.
 - **Routed placements** (``router:POLICY``, ``gateway``): the turn goes to the block's
   gateway with the session id in ``target.router.session_header`` (and, if asked, in the
   body's ``user`` field); the router picks the replica. Which one served the turn is
@@ -31,7 +31,6 @@ from typing import Protocol
 from sessiongen.client import counters
 from sessiongen.client.driver import Client, Result
 from sessiongen.design.blocks import BlockPlan
-from sessiongen.design.placement import replica_for
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.spec import Scenario
 from sessiongen.targets.base import ServedBy
@@ -138,15 +137,22 @@ async def _snapshots(ctx: Route, urls: Sequence[str]) -> list[counters.Snapshot 
 
 
 async def send(
-    ctx: Route, req: TurnRequest, *, headers: dict[str, str] | None = None
+    ctx: Route,
+    req: TurnRequest,
+    *,
+    replica: int | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[Result, Served]:
-    """Send one turn where its block's placement says, measure it, and find its replica
+    """Send one turn to ``replica`` (a client placement's pick:
+    :class:`~sessiongen.experiment.script.Send`), or through the block's gateway where
+    its placement is routed (``replica`` None), measure it, and find its replica
     (``headers``: extra request headers, for placements the client picks)."""
     sc = ctx.scenario
     placement = ctx.plan.placement
     timeout_s = sc.driver.request_timeout_s
     if not is_routed(placement):
-        replica = replica_for(placement, req.home_key, req.turn, len(ctx.urls), sc.seed)
+        if replica is None:
+            raise RuntimeError(f"placement {placement!r} picks a replica, and none was given")
         url = ctx.urls[replica]
         http = ctx.client.http
         before = await counters.snapshot(http, url) if ctx.exact_counters else None

@@ -1,29 +1,35 @@
-"""Run sessions' turns against replicas and turn each measured request into a record.
+"""Replay's driver of a block's script: its sessions' turns sent to replicas on a clock,
+each measured request turned into a record.
 
-Shared by replay's own event loop and by worker processes (``replay --workers N``): a
-:class:`BlockContext` says where the block's requests go and hands every finished
-request's :class:`~sessiongen.records.format.RequestRecord` to its ``emit`` callback
-(which records it, updates progress, or ships it to the parent process).
+The experiment (starts, slots, think times, placements, cross-replica marking, stop on
+failure) is :class:`~sessiongen.experiment.script.BlockScript`'s; this module keeps the
+clock (the wall clock, or the simulated engine's modeled clock: :mod:`.modeled`), HTTP,
+counters and loop lag. Shared by replay's own event loop and by worker processes
+(``replay --workers N``): a :class:`BlockContext` says where the block's requests go and
+hands every finished request's :class:`~sessiongen.records.format.RequestRecord` to its
+``emit`` callback (which records it, updates progress, or ships it to the parent process).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
-from sessiongen.design.arrivals import START_STAGGER_S
 from sessiongen.design.blocks import BlockPlan
+from sessiongen.experiment import load
+from sessiongen.experiment.facts import TurnFacts
+from sessiongen.experiment.script import BlockScript, Send
 from sessiongen.records.format import RequestRecord
 from sessiongen.replay import modeled, routing
 from sessiongen.replay.modeled import ModeledClock
+from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.spec import Scenario
-from sessiongen.sim.noise import request_key
 from sessiongen.targets.base import ServedBy
 from sessiongen.text.probes import grade
 from sessiongen.workload.sessions import Session, TurnRequest
@@ -55,12 +61,6 @@ class BlockContext:
         return CHAT_PATH if self.scenario.model.api == "chat" else COMPLETIONS_PATH
 
     @property
-    def open_loop(self) -> bool:
-        """Sessions start on a schedule: an open-loop load, or a trace's timestamps."""
-        sc = self.scenario
-        return sc.load.arrival != "closed" or sc.sessions.source == "trace"
-
-    @property
     def exact_counters(self) -> bool:
         """Counters around each request are exact only when requests never overlap: one
         session at a time (a closed loop at level 1, or an open loop or a trace capped at
@@ -70,27 +70,21 @@ class BlockContext:
 
     @property
     def concurrency(self) -> int:
-        """Sessions in flight at most: the closed loop's level, or the open loop's cap."""
-        load = self.scenario.load
-        return load.max_in_flight if self.open_loop else int(self.plan.level)
+        """Sessions in flight at most (:func:`sessiongen.experiment.load.concurrency`)."""
+        return load.concurrency(self.scenario, self.plan.level)
 
 
 def record_of(
     ctx: BlockContext,
-    req: TurnRequest,
+    facts: TurnFacts,
     res: Result,
     *,
-    replica: int | None,
-    cross_replica: bool | None,
-    warmup: bool,
-    queue_s: float,
     before: counters.Snapshot | None = None,
     after: counters.Snapshot | None = None,
-    arrival_s: float | None = None,
-    think_s: float | None = None,
     replica_source: str = "placement",
 ) -> RequestRecord:
-    """The record of one finished request: where it went, what it asked, what was measured.
+    """The record of one finished request: the experiment's facts of the turn (modeled
+    seconds, here in wall seconds of the target) and what was measured.
 
     Hit tokens come from the replica's counters read around the request when nothing
     overlapped it (``hit_source`` ``counters``, exact), else from the server's own
@@ -99,6 +93,7 @@ def record_of(
     prompt tokens hit some cache).
     """
     plan = ctx.plan
+    scale = ctx.time_scale
     local, external, source = _hits(res, before, after)
     return RequestRecord(
         run_id=ctx.run_id,
@@ -106,19 +101,19 @@ def record_of(
         block_in_placement=plan.block_in_placement,
         placement=plan.placement,
         cache=plan.cache,
-        session_id=req.session_id,
-        session_index=req.session_index,
-        context_tokens=req.context_tokens,
-        turn=req.turn,
-        replica=replica,
-        cross_replica=cross_replica,
-        warmup=warmup,
+        session_id=facts.session_id,
+        session_index=facts.session_index,
+        context_tokens=facts.context_tokens,
+        turn=facts.turn,
+        replica=facts.replica,
+        cross_replica=facts.cross_replica,
+        warmup=facts.warmup,
         prompt_tokens=res.prompt_tokens,
-        content_tokens=req.content_tokens,
+        content_tokens=facts.content_tokens,
         cached_tokens=res.cached_tokens,
         completion_tokens=res.completion_tokens,
         output_chunks=len(res.chunk_ns),
-        queue_s=queue_s,
+        queue_s=facts.queue_s * scale,
         ttfb_s=res.ttfb_s,
         ttft_s=res.ttft_s,
         e2e_s=res.e2e_s,
@@ -130,23 +125,23 @@ def record_of(
         error=res.error,
         local_hit_tokens=local,
         external_hit_tokens=external,
-        expected=req.expected,
-        answer_correct=grade(req.expected, res.text) if res.ok else None,
+        expected=facts.expected,
+        answer_correct=grade(facts.expected, res.text) if res.ok else None,
         output_digest=res.output_digest(),
         output_text=res.text[:200] if res.ok else None,
         first_logprob=res.first_logprob,
         loop_lag_flag=lag_matters(ctx.lag, res),
-        prompt_digest=req.prompt_digest(),
-        trace_line=req.trace_line,
-        trace_shared_blocks=None if req.prefix is None else req.prefix.shared_blocks,
-        trace_shared_tokens=None if req.prefix is None else req.prefix.shared_tokens,
-        trace_reuse_distance=None if req.prefix is None else req.prefix.reuse_distance,
+        prompt_digest=facts.prompt_digest,
+        trace_line=facts.trace_line,
+        trace_shared_blocks=facts.trace_shared_blocks,
+        trace_shared_tokens=facts.trace_shared_tokens,
+        trace_reuse_distance=facts.trace_reuse_distance,
         server_ttft_s=_server_ttft_s(res),
         server_queue_s=_server_fact_s(res, "modeled_queue_s"),
         arrival_late_s=_server_fact_s(res, "arrival_late_s"),
         load_level=plan.level,
-        arrival_s=arrival_s,
-        think_s=think_s,
+        arrival_s=None if facts.arrival_s is None else facts.arrival_s * scale,
+        think_s=None if facts.think_s is None else facts.think_s * scale,
         hit_source=source,
         replica_source=replica_source,
     )
@@ -193,79 +188,6 @@ def _server_ttft_s(res: Result) -> float | None:
     return _server_fact_s(res, "modeled_ttft_s")
 
 
-def emit_turn(
-    ctx: BlockContext,
-    req: TurnRequest,
-    res: Result,
-    served: routing.Served,
-    prev: int | None,
-    queue_s: float,
-    offset_s: float | None,
-    pause_s: float,
-) -> None:
-    """The record of one session turn (``offset_s`` and ``pause_s`` modeled seconds),
-    the same whether the session runs on the wall clock or on the simulator's."""
-    scale = ctx.time_scale
-    ctx.emit(
-        record_of(
-            ctx,
-            req,
-            res,
-            replica=served.replica,
-            cross_replica=routing.moved(req.turn, prev, served.replica),
-            warmup=False,
-            queue_s=queue_s,
-            before=served.before,
-            after=served.after,
-            arrival_s=None if offset_s is None else offset_s * scale,
-            think_s=pause_s * scale,
-            replica_source=served.source,
-        )
-    )
-
-
-async def run_session_modeled(
-    ctx: BlockContext,
-    session: Session,
-    slots: asyncio.Queue[float],
-    clock: ModeledClock,
-    ready_s: float,
-    offset_s: float | None,
-) -> None:
-    """:func:`run_session` on the simulator's modeled clock (:mod:`.modeled`): each turn
-    states its modeled arrival, which is ready time or freed slot, then the previous
-    turn's modeled end plus the pause."""
-    sc = ctx.scenario
-    scale = ctx.time_scale
-    pauses = session.pauses()
-    await clock.sleep_to_send(ready_s)
-    freed = await slots.get()
-    at = max(ready_s, freed)
-    queue_s = (at - ready_s) * scale
-    answers: list[str] = []
-    prev: int | None = None
-    try:
-        for turn in range(1, session.turns + 1):
-            if turn > 1:
-                at += pauses[turn - 1]
-            await clock.sleep_to_send(at)
-            req = session.request(turn, answers if sc.sessions.history == "live" else None)
-            key = request_key(sc.seed, ctx.plan.block, session.index, turn)
-            res, served = await routing.send(ctx, req, headers=modeled.header(at, key))
-            modeled.measure_from(res)
-            emit_turn(ctx, req, res, served, prev, queue_s, offset_s, pauses[turn - 1])
-            queue_s = 0.0
-            end = modeled.modeled_end(res)
-            if not res.ok or end is None:
-                at = clock.modeled_at(time.perf_counter_ns())
-                return
-            at = end
-            answers.append(res.text)
-            prev = served.replica
-    finally:
-        slots.put_nowait(at)
-
-
 async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result:
     """Send one request to ``replica`` and measure it."""
     return await ctx.client.send(
@@ -275,87 +197,142 @@ async def send_turn(ctx: BlockContext, replica: int, req: TurnRequest) -> Result
     )
 
 
-async def run_session(
-    ctx: BlockContext,
-    session: Session,
-    sem: asyncio.Semaphore,
-    start_ns: int,
-    offset_s: float | None,
-) -> None:
-    """All turns of one session, strictly in order; stops at the first failed turn.
+class Clock(Protocol):
+    """The clock a block's script runs on, as replay keeps it (modeled seconds)."""
 
-    ``offset_s`` (open loop) is the session's scheduled start, modeled seconds after
-    ``start_ns``; closed-loop sessions start at once and wait for a concurrency slot.
-    Either way the wait for a slot is the first turn's ``queue_s``. Before each later
-    turn the session pauses its think time (:func:`~.arrivals.think_times`; a trace
-    session: its delays, :meth:`Session.pauses`).
-    """
-    sc = ctx.scenario
-    scale = ctx.time_scale
-    if offset_s is not None:
-        await _sleep_until(start_ns + int(offset_s * scale * 1e9))
-    arrival = time.perf_counter_ns()
-    pauses = session.pauses()
-    async with sem:
-        queue_s = (time.perf_counter_ns() - arrival) / 1e9
-        answers: list[str] = []
-        prev: int | None = None
-        for turn in range(1, session.turns + 1):
-            if pauses[turn - 1]:
-                await asyncio.sleep(pauses[turn - 1] * scale)
-            req = session.request(turn, answers if sc.sessions.history == "live" else None)
-            res, served = await routing.send(ctx, req)
-            emit_turn(ctx, req, res, served, prev, queue_s, offset_s, pauses[turn - 1])
-            queue_s = 0.0
-            if not res.ok:
-                return
-            answers.append(res.text)
-            prev = served.replica
+    @property
+    def start_s(self) -> float: ...
+    def now(self) -> float: ...
+    async def sleep_until(self, t: float) -> None: ...
+    def headers(self, send: Send) -> dict[str, str] | None: ...
+    def end_of(self, res: Result) -> float | None: ...
 
 
-async def _sleep_until(deadline_ns: int) -> None:
-    delay = (deadline_ns - time.perf_counter_ns()) / 1e9
-    if delay > 0:
-        await asyncio.sleep(delay)
+@dataclass(frozen=True)
+class WallClock:
+    """Modeled seconds as the wall clock gives them (``time_scale`` wall seconds each,
+    from ``t0_ns``): requests arrive when they are sent."""
+
+    t0_ns: int
+    time_scale: float
+    start_s: float = 0.0
+
+    def now(self) -> float:
+        return (time.perf_counter_ns() - self.t0_ns) / 1e9 / self.time_scale
+
+    async def sleep_until(self, t: float) -> None:
+        delay = (self.t0_ns + int(t * self.time_scale * 1e9) - time.perf_counter_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def headers(self, send: Send) -> dict[str, str] | None:
+        return None
+
+    def end_of(self, res: Result) -> float | None:
+        return self.now()
+
+
+@dataclass(frozen=True)
+class SimClock:
+    """The simulated engine's modeled clock (:mod:`.modeled`): each request states when
+    it arrives and its noise key, and ends when the simulator says it did."""
+
+    clock: ModeledClock
+
+    @property
+    def start_s(self) -> float:
+        return self.clock.start_s
+
+    def now(self) -> float:
+        return self.clock.modeled_at(time.perf_counter_ns())
+
+    async def sleep_until(self, t: float) -> None:
+        await self.clock.sleep_to_send(t)
+
+    def headers(self, send: Send) -> dict[str, str] | None:
+        return modeled.header(send.at, send.noise_key)
+
+    def end_of(self, res: Result) -> float | None:
+        modeled.measure_from(res)
+        return modeled.modeled_end(res)
 
 
 async def run_sessions(
     ctx: BlockContext, sessions: list[Session], concurrency: int | None = None
 ) -> None:
-    """A block's sessions under its load: closed loop (at most ``concurrency``, by default
-    the level, in flight) or open loop (each session starting on its schedule,
-    :func:`~.arrivals.arrival_offsets`, indexed by the session's place in the scenario so
-    a worker process running some of them keeps their times; a trace's sessions start
-    at their first timestamps)."""
-    offsets = sessions[0].builder.starts(ctx.plan.level) if sessions else None
-    limit = concurrency or ctx.concurrency
-    clock = None
+    """A block's sessions as the experiment's script says (:mod:`sessiongen.experiment.script`),
+    under the block's load (at most ``concurrency`` sessions in flight, by default the
+    concurrency rule's): each session's offset indexed by its place in the scenario, so a
+    worker process running some of them keeps their times. On one simulated engine the
+    script runs on its modeled clock (:mod:`.modeled`), else on the wall clock."""
+    sc = ctx.scenario
+    script = BlockScript(
+        sessions,
+        offsets=sessions[0].builder.starts(ctx.plan.level) if sessions else None,
+        concurrency=concurrency or ctx.concurrency,
+        placement=ctx.plan.placement,
+        routed=is_routed(ctx.plan.placement),
+        replicas=len(ctx.urls),
+        seed=sc.seed,
+        block=ctx.plan.block,
+    )
+    clock: Clock = WallClock(time.perf_counter_ns(), ctx.time_scale)
     if ctx.modeled_arrivals and ctx.gateway is None:
-        clock = await modeled.read_clock(ctx.client.http, ctx.urls, ctx.time_scale)
-    if clock is not None:
-        slots: asyncio.Queue[float] = asyncio.Queue()
-        for _ in range(limit):
-            slots.put_nowait(-math.inf)
-        start = clock.start_s
-        await asyncio.gather(
-            *(
-                run_session_modeled(
-                    ctx,
-                    s,
-                    slots,
-                    clock,
-                    start + (i * START_STAGGER_S if offsets is None else offsets[s.index]),
-                    None if offsets is None else offsets[s.index],
-                )
-                for i, s in enumerate(sessions)
-            )
-        )
-        return
-    sem = asyncio.Semaphore(limit)
-    start_ns = time.perf_counter_ns()
-    await asyncio.gather(
-        *(
-            run_session(ctx, s, sem, start_ns, None if offsets is None else offsets[s.index])
-            for s in sessions
+        read = await modeled.read_clock(ctx.client.http, ctx.urls, ctx.time_scale)
+        if read is not None:
+            clock = SimClock(read)
+    await drive(ctx, script, sessions, clock)
+
+
+async def drive(
+    ctx: BlockContext, script: BlockScript, sessions: list[Session], clock: Clock
+) -> None:
+    """Step ``script`` on ``clock``: start each session when it is due, send each turn when
+    it is due, report each end; a task per chain of turns."""
+    answers: dict[int, list[str]] = {}
+
+    async def chain(send: Send | None) -> None:
+        while send is not None:
+            await clock.sleep_until(send.at)
+            send = await _turn(ctx, script, sessions, clock, send, answers)
+
+    async with asyncio.TaskGroup() as group:
+        script.started(clock.start_s)
+        while (t := script.next_start()) is not None:
+            await clock.sleep_until(t)
+            first = script.start_next()
+            if first is not None:
+                group.create_task(chain(first))
+
+
+async def _turn(
+    ctx: BlockContext,
+    script: BlockScript,
+    sessions: list[Session],
+    clock: Clock,
+    send: Send,
+    answers: dict[int, list[str]],
+) -> Send | None:
+    """Send one turn, record it, and tell the script: the request due next, if any."""
+    said = answers.setdefault(send.session, [])
+    live = ctx.scenario.sessions.history == "live"
+    req = sessions[send.session].request(send.turn, said if live else None)
+    res, served = await routing.send(ctx, req, replica=send.replica, headers=clock.headers(send))
+    end = clock.end_of(res)
+    ok = res.ok and end is not None
+    placed, follow = script.finished(
+        send, replica=served.replica, ok=ok, end_t=end if ok and end is not None else clock.now()
+    )
+    facts = TurnFacts.of(
+        req, placed, replica=served.replica, warmup=False, prompt_digest=req.prompt_digest()
+    )
+    ctx.emit(
+        record_of(
+            ctx, facts, res, before=served.before, after=served.after, replica_source=served.source
         )
     )
+    if ok:
+        said.append(res.text)
+    if follow is None or follow.session != send.session:
+        answers.pop(send.session, None)
+    return follow
