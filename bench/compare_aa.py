@@ -20,6 +20,9 @@ effect per cell, and *loud cells*: three runs a side at a 3% run effect where a 
 of the cells carry 8% or 13% (the CPU pair's round-to-round movement) of their own, which
 the noise pooled over cells understates. ``--sweep`` prints the false-alarm rate of one
 run a side (assumed 4%) at 4-8%, the figures behind ``NOISE_LEVEL``.
+
+Run with the defaults it writes its figures to ``docs/data/compare_aa.json``, with
+``--sweep`` alone to ``docs/data/compare_aa_sweep.json`` (the Run nightly page quotes both).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _docs import record
 
 from sessiongen import analysis
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
@@ -100,9 +105,25 @@ def rates(
     return {k: v / reps for k, v in codes.items()}
 
 
-def _row(label: str, runs: int, effect: str, slowdown: float, r: dict[int, float]) -> None:
+#: The figures printed so far, under ``SHAPE.RUNSrun.EFFECT.SLOWDOWN.exitCODE``
+#: (``smoke.1run.3pct.1.20.exit1``): what :func:`_docs.record` writes.
+FIGURES: dict[str, float] = {}
+
+
+def _effect(run_sigma: float, loud_sigma: float = 0.0) -> tuple[str, str]:
+    """A run effect as printed (``3%, 13%``) and as named in a key (``3pct_loud13pct``)."""
+    loud = (f", {loud_sigma:.0%}", f"_loud{loud_sigma * 100:.0f}pct") if loud_sigma else ("", "")
+    return f"{run_sigma:.0%}{loud[0]}", f"{run_sigma * 100:.0f}pct{loud[1]}"
+
+
+def _row(
+    label: str, runs: int, effect: tuple[str, str], slowdown: float, r: dict[int, float]
+) -> None:
+    key = f"{label.removesuffix('-like')}.{runs}run.{effect[1]}.{slowdown:.2f}"
+    for code, share in r.items():
+        FIGURES[f"{key}.exit{code}"] = share
     print(
-        f"{label:<12} {runs:>9} {effect:>10} {slowdown:>8.2f}  "
+        f"{label:<12} {runs:>9} {effect[0]:>10} {slowdown:>8.2f}  "
         f"{r[1]:>6.0%} {r[0]:>6.0%} {r[3]:>6.0%}",
         flush=True,
     )
@@ -121,8 +142,10 @@ def main() -> None:
         print(f"compare: false alarms of one run a side over {args.reps} seeded A/A pairs")
         for name, spec in SHAPES.items():
             for sigma in (0.04, 0.05, 0.06, 0.07, 0.08):
-                _row(name, 1, f"{sigma:.0%}", 1.0, rates(spec, sigma, 1.0, 1, args.reps))
+                _row(name, 1, _effect(sigma), 1.0, rates(spec, sigma, 1.0, 1, args.reps))
         print(f"({time.perf_counter() - started:.0f} s)")
+        sweep = parser.parse_args(["--sweep"])
+        record("compare_aa_sweep", FIGURES | _settings(args), args=args, documented=sweep)
         return
     cases = [(0.0, 1.0), (0.03, 1.0), (0.05, 1.0), (0.03, 1.1), (0.03, 1.2), (0.03, 1.3)]
     cases += [(0.06, 1.0), (0.08, 1.0)]
@@ -138,12 +161,23 @@ def main() -> None:
                 if args.quick and runs == 3 and slowdown not in (1.0,):
                     continue
                 r = rates(spec, run_sigma, slowdown, runs, args.reps)
-                _row(name, runs, f"{run_sigma:.0%}", slowdown, r)
+                _row(name, runs, _effect(run_sigma), slowdown, r)
         for extra in (0.08, 0.13):
             for slowdown in (1.0, 1.2):
                 r = rates(spec, 0.03, slowdown, 3, args.reps, loud_sigma=extra)
-                _row(name, 3, f"3%, {extra:.0%}", slowdown, r)
+                _row(name, 3, _effect(0.03, extra), slowdown, r)
     print(f"({time.perf_counter() - started:.0f} s)")
+    record("compare_aa", FIGURES | _settings(args), args=args, documented=parser.parse_args([]))
+
+
+def _settings(args: argparse.Namespace) -> dict[str, float]:
+    """What every pair shares: the seeded pairs per case, the sessions and the request noise."""
+    spec = SHAPES["smoke-like"]
+    return {
+        "settings.reps": args.reps,
+        "settings.sessions": spec.sessions,
+        "settings.request_noise": spec.noise_sigma,
+    }
 
 
 if __name__ == "__main__":

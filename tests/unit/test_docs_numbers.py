@@ -46,6 +46,13 @@ class Allowed:
 
 
 EVERY_PAGE = "*"
+#: Defaults of CLI options as pages state them: (page, command, option, phrase, the default
+#: the phrase states), each checked against the CLI below.
+CLI_DEFAULTS = (
+    ("guides/nightly.md", "compare", "--alpha", "(default 5%; intervals", 0.05),
+    ("guides/nightly.md", "compare", "--threshold", "margin (default 5%)", 0.05),
+    ("guides/nightly.md", "compare", "--failure-margin", "(default 0.02: 2 points)", 0.02),
+)
 ALLOWED = (
     Allowed(EVERY_PAGE, "95%", "the confidence level of every interval the tool prints"),
     Allowed("guides/fit.md", "/ 3.92", "arithmetic: a 95% interval spans 2 x 1.96 SE"),
@@ -66,6 +73,23 @@ ALLOWED = (
     Allowed("guides/plan-fleet.md", "within 2% per turn", "test_plan_agreement.py's tolerance"),
     Allowed("guides/plan-fleet.md", "5% per cell", "test_served_reproduces.py's tolerance"),
     Allowed("guides/plan-fleet.md", "exceeds 2% of", "the report's lateness threshold"),
+    Allowed(
+        "guides/nightly.md",
+        "(99.98% wide at 4 sessions, 98.9% at 8)",
+        "expanded_conf's arithmetic, recomputed below",
+    ),
+    Allowed("guides/nightly.md", "sigma 1.9x too large", "arithmetic, recomputed below"),
+    Allowed("guides/nightly.md", "and a 20% step:", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "| 20% step found", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "| 30% step found", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "a 20% step at 3% noise", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "a 20% slowdown under 3% run noise", "a bench/compare_aa.py case"),
+    Allowed("guides/nightly.md", "a 3% run effect per cell", "a case of bench/compare_aa.py"),
+    Allowed("guides/nightly.md", "at 4-8% run effect", "the cases of bench/compare_aa.py --sweep"),
+    *(
+        Allowed(page, phrase, f"the default of {command} {option}, checked below")
+        for page, command, option, phrase, _ in CLI_DEFAULTS
+    ),
 )
 
 #: Pages whose figures are still typed by hand, each to be moved to a data file like the
@@ -78,7 +102,6 @@ PENDING = {
     "concepts/statistics.md",
     "development.md",
     "getting-started.md",
-    "guides/nightly.md",
     "guides/replay-trace.md",
     "guides/routers.md",
     "guides/study-replicas.md",
@@ -219,3 +242,27 @@ def test_the_plan_guide_states_the_pays_at_default_as_the_cli_has_it() -> None:
     default = next(p.default for p in plan.params if "--pays-at" in p.opts)
     text = " ".join((DOCS / "guides" / "plan-fleet.md").read_text(encoding="utf-8").split())
     assert f"(default {default:g})" in text, default
+
+
+@pytest.mark.parametrize("page,command,option,phrase,value", CLI_DEFAULTS, ids=str)
+def test_a_page_states_a_cli_default_as_the_cli_has_it(
+    page: str, command: str, option: str, phrase: str, value: float
+) -> None:
+    from sessiongen.cli import cli
+
+    default = next(p.default for p in cli.commands[command].params if option in p.opts)
+    assert default == value, (page, option, default)
+
+
+def test_the_nightly_guide_states_the_expanded_intervals_as_computed() -> None:
+    """The stored 95% intervals' expanded levels, and how much too large sigma came out
+    when they were read as plain 95% intervals (the z of each level, at 4 sessions)."""
+    from scipy.stats import norm
+
+    from sessiongen.analysis.stats import expanded_conf
+
+    four, eight = expanded_conf(0.95, 4), expanded_conf(0.95, 8)
+    ratio = norm.ppf(0.5 + four / 2) / norm.ppf(0.975)
+    text = " ".join((DOCS / "guides" / "nightly.md").read_text(encoding="utf-8").split())
+    phrase = f"({four:.2%} wide at 4 sessions, {eight:.1%} at 8)"
+    assert phrase in text and f"sigma {ratio:.1f}x too large" in text, (phrase, ratio)
