@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import polars as pl
 
@@ -45,7 +45,7 @@ from sessiongen.experiment.warmups import warmup_tokens as warmup_length
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
-from sessiongen.records.format import Manifest
+from sessiongen.records.format import Manifest, TargetInfo
 from sessiongen.scenario.routerspec import GATEWAY, router_policy
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
@@ -303,7 +303,7 @@ def warmup_tokens(scenario: Scenario) -> int:
     return warmup_length(scenario.design.warmup_tokens, scenario.target.sim.pool_chunk_tokens)
 
 
-def plan_target(scenario: Scenario, mode: str, engine: str) -> dict[str, Any]:
+def plan_target(scenario: Scenario, mode: str, engine: str) -> TargetInfo:
     """The manifest's ``target`` of a plan run (``engine``: which engine planned it,
     ``compiled`` or ``python``; they give the same records)."""
     profile = scenario.target.sim

@@ -12,7 +12,8 @@ profile). Three sources, each optional, later ones filling only what earlier one
   lack the token count, which is then blocks x block size);
 - ``GET /v1/models``: ``max_model_len`` of the served model.
 
-What a replica says of its KV connector (``kv_connector``, :class:`KvConnector`) comes
+What a replica says of its KV connector (``kv_connector``, :class:`KvConnector`; both
+typed records are the manifest's, :mod:`sessiongen.records.format`) comes
 from the same answers: ``vllm_config.kv_transfer_config`` of ``/server_info`` (null
 without a connector; only in dev mode), else the simulator's ``sessiongen_sim_info``
 gauge (its ``shared_cache`` label), plus the connector-related metric names that
@@ -26,10 +27,12 @@ A server that is not vLLM answers none of them, and its facts are empty.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from sessiongen.records.format import EngineFacts, KvConnector
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 SIM_INFO = "sessiongen_sim_info"
@@ -41,29 +44,6 @@ CONNECTOR_METRIC_PREFIXES = (
     "vllm:nixl",
     "lmcache",
 )
-
-
-class KvConnector(TypedDict, total=False):
-    """What a replica says of its KV connector (every key optional)."""
-
-    configured: bool  # a connector is (True) or is not (False) configured, where told
-    connector: str  # its name (kv_transfer_config.kv_connector)
-    role: str  # kv_role
-    source: str  # where ``configured`` comes from: server_info | sessiongen_sim_info
-    metrics: list[str]  # connector-related metric families /metrics lists
-
-
-class EngineFacts(TypedDict, total=False):
-    """One replica's engine, as far as it told (every key optional)."""
-
-    block_size: int  # tokens per KV block
-    kv_cache_tokens: int  # KV cache capacity, tokens
-    num_blocks: int  # KV blocks
-    max_model_len: int
-    max_num_batched_tokens: int  # token budget of one engine step
-    max_num_seqs: int  # most requests running at once
-    sources: list[str]  # which endpoints answered
-    kv_connector: KvConnector  # what it says of its KV connector
 
 
 def _int(value: Any) -> int | None:

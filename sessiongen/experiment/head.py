@@ -8,11 +8,16 @@ itself, the blocks' order. Each block adds its entry as it starts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sessiongen.design.blocks import BlockPlan
 from sessiongen.records import io
-from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, BlockOrder, Manifest
+from sessiongen.records.format import (
+    SCHEMA_VERSION,
+    BlockEntry,
+    BlockOrder,
+    Manifest,
+    TargetInfo,
+)
 from sessiongen.scenario.spec import Scenario
 
 
@@ -23,7 +28,7 @@ def run_head(
     salt: str,
     tokenizer: str,
     text_generator: str,
-    target: dict[str, Any],
+    target: TargetInfo,
     plan: Sequence[BlockPlan] = (),
 ) -> Manifest:
     """The manifest of a run that starts now: incomplete, no block run yet."""

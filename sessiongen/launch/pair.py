@@ -29,6 +29,7 @@ from sessiongen.infra import files, net, procs, signals
 from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands, faults, reset
 from sessiongen.launch.procs import ProcessRecord
+from sessiongen.records.format import ResetFacts
 from sessiongen.scenario.spec import ManagedSpec
 
 STATE_SCHEMA = 1
@@ -135,7 +136,7 @@ class ManagedPair:
             raise
         self.ready_s = round(time.monotonic() - t0, 3)
 
-    def reset_caches(self) -> dict[str, Any]:
+    def reset_caches(self) -> ResetFacts:
         """Empty every cache of the running pair and prove it with a cold probe.
 
         The facts of :func:`~sessiongen.launch.reset.verified_reset` (``verified`` false,

@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from sessiongen.client.counters import EXTERNAL_HITS, LOCAL_HITS, Snapshot, delta, parse
 from sessiongen.errors import EndpointError
 from sessiongen.infra import net
+from sessiongen.records.format import ProbeRow, ResetFacts
 
 #: How long a replica may keep answering ``{"success": false}`` (requests still running).
 RESET_RETRY_S = 10.0
@@ -75,7 +75,7 @@ def verified_reset(
     model: str,
     *,
     probe_tokens: int = 1024,
-) -> dict[str, Any]:
+) -> ResetFacts:
     """Reset every cache and prove it with a cold probe; the facts for the manifest.
 
     Returns ``{"verified": True, "method", "seconds", "seeded", "probe"}`` when the probe
@@ -90,7 +90,7 @@ def verified_reset(
     method = ("lmcache POST /cache/clear + " if lmcache_url else "") + (
         "vLLM POST /reset_prefix_cache on every replica"
     )
-    facts: dict[str, Any] = {"verified": False, "method": method}
+    facts: ResetFacts = {"verified": False, "method": method}
     # One prompt per replica: a probe sent after the reset is stored again (locally and
     # in the pool), so no prompt may be probed twice.
     nonce = os.urandom(6).hex()
@@ -116,7 +116,7 @@ def verified_reset(
     return facts
 
 
-def _probe(base_url: str, model: str, text: str) -> dict[str, Any]:
+def _probe(base_url: str, model: str, text: str) -> ProbeRow:
     """Send the probe prompt once; its cached tokens and the replica's hit deltas."""
     base = base_url.rstrip("/")
     before = _counters(base)
@@ -140,12 +140,12 @@ def _probe(base_url: str, model: str, text: str) -> dict[str, Any]:
     }
 
 
-def _cold(row: dict[str, Any]) -> bool:
+def _cold(row: ProbeRow) -> bool:
     """Nothing cached: 0 cached tokens (vLLM reports them, 0 when cold) and no hit counted."""
     return row["cached_tokens"] == 0 and not row["local_hits"] and not row["external_hits"]
 
 
-def _hits(row: dict[str, Any]) -> str:
+def _hits(row: ProbeRow) -> str:
     return (
         f"(cached_tokens {row['cached_tokens']}, local hits {row['local_hits']}, "
         f"external hits {row['external_hits']})"

@@ -236,6 +236,125 @@ class BlockOrder(TypedDict):
     cache: str
 
 
+class KvConnector(TypedDict, total=False):
+    """What a replica says of its KV connector (every key optional)."""
+
+    configured: bool  # a connector is (True) or is not (False) configured, where told
+    connector: str  # its name (kv_transfer_config.kv_connector)
+    role: str  # kv_role
+    source: str  # where ``configured`` comes from: server_info | sessiongen_sim_info
+    metrics: list[str]  # connector-related metric families /metrics lists
+
+
+class EngineFacts(TypedDict, total=False):
+    """One replica's engine, as far as it told (every key optional;
+    :mod:`sessiongen.client.engine` reads it)."""
+
+    block_size: int  # tokens per KV block
+    kv_cache_tokens: int  # KV cache capacity, tokens
+    num_blocks: int  # KV blocks
+    max_model_len: int
+    max_num_batched_tokens: int  # token budget of one engine step
+    max_num_seqs: int  # most requests running at once
+    sources: list[str]  # which endpoints answered
+    kv_connector: KvConnector  # what it says of its KV connector
+
+
+class ServerFacts(TypedDict, total=False):
+    """One URL of the target as its preflight found it (the target's ``servers``)."""
+
+    url: str
+    models: Any  # its GET /v1/models, JSON as it answered
+    version: Any  # its GET /version, JSON as it answered (None: no answer)
+    engine: EngineFacts  # replicas only, not a gateway
+    gateway: bool
+    arm: str  # two pairs: the cache arm of the pair it belongs to
+
+
+class RouterInfo(TypedDict):
+    """The target's ``router``: the routers a run may start in front of the replicas."""
+
+    spec: Any  # [target.router] as resolved (plain JSON)
+    gateway: str | None  # the user's own router (target.gateway), if any
+    vllm_router_version: str | None
+    routers_started: int
+
+
+class ProbeRow(TypedDict):
+    """One cold-probe request of a cache reset: what it found cached."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    local_hits: float | None
+    external_hits: float | None
+
+
+class ResetFacts(TypedDict, total=False):
+    """A block's ``reset``: the caches emptied instead of a restart, and the cold probe
+    that proves it (``verified``), else why not and the restart that followed."""
+
+    verified: bool
+    method: str
+    reason: str
+    seeded: list[ProbeRow]  # the requests sent before the reset, each replica's prompt
+    probe: list[ProbeRow]  # the same prompts after it: cold on every replica, or not
+    seconds: float
+    fallback: str  # "restart" where the reset was not verified
+
+
+class SwitchFacts(TypedDict, total=False):
+    """A block's ``switch``: the user's command that set its arm, and what followed."""
+
+    block: int
+    arm: str
+    command: str
+    log: str
+    exit_status: int
+    command_s: float  # seconds the command took
+    ready_s: float  # seconds until every replica was healthy and in the arm
+    engine: list[EngineFacts]
+    reported_arm: str | None  # the arm the replicas then reported, where one
+
+
+class HostFacts(TypedDict):
+    """The client host, kept beside the measurements (the manifest's ``host``)."""
+
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int | None
+    machine: str
+
+
+class TargetInfo(TypedDict, total=False):
+    """The manifest's ``target``: what replay talked to (every kind's keys; a kind says
+    those it knows). Readers parse it once, old manifests included: :class:`RunMeta`."""
+
+    kind: str  # sim | endpoints | two pairs | switched | managed | plan
+    simulated: bool
+    note: str  # the line the report opens with ("SIMULATED: ...")
+    time_scale: float  # modeled seconds per measured second (1 for real replicas)
+    time_scale_known: bool
+    time_scale_from: str  # where it came from: "/version"
+    replicas: int
+    profile: Any  # the simulator's profile as resolved (plain JSON)
+    cache: str | None  # the arm the given endpoints are in (one arm per run)
+    endpoints: list[str]
+    endpoints_off: list[str]
+    endpoints_on: list[str]
+    servers: list[ServerFacts]
+    switch_command: str
+    switch_timeout_s: float
+    blocks: list[Any]  # per block, what the target did (managed pairs, switches)
+    spec: Any  # [target.managed] as resolved (plain JSON)
+    fault: Any  # a planted fault (managed): what and where
+    router: RouterInfo
+    served_by: Any  # how the replica that served a routed turn is found (plain JSON)
+    merged_from: list[Any]  # merged runs: each run's id, arms and whole target
+    prompts: str  # plan runs: prompts tokenized exactly, or keys of the same shape
+    engine: str  # plan runs: the engine that planned it (compiled | python)
+
+
 class BlockEntry(TypedDict):
     """What happened to one block (the manifest's ``blocks``); targets add their facts."""
 
@@ -259,10 +378,10 @@ class BlockEntry(TypedDict):
     router: NotRequired[dict[str, Any]]
     modeled_s: NotRequired[float]  # plan runs: the block's length on the virtual clock
     startup_s: NotRequired[float | None]
-    reset: NotRequired[dict[str, Any]]
+    reset: NotRequired[ResetFacts]
     kept: NotRequired[bool]
-    kv_connector: NotRequired[list[dict[str, Any]]]
-    switch: NotRequired[dict[str, Any]]
+    kv_connector: NotRequired[list[KvConnector]]
+    switch: NotRequired[SwitchFacts]
     source_run: NotRequired[str]  # merged runs: the run the block came from
     source_block: NotRequired[int]  # ... and its index there
     fault: NotRequired[dict[str, int]]
@@ -279,12 +398,12 @@ class BlockFacts(TypedDict, total=False):
     status: str
     router: dict[str, Any]  # the router started for the block: policy, process, outcome
     startup_s: float | None  # seconds its freshly started replicas took to become ready
-    reset: dict[str, Any]  # caches emptied instead of a restart: how, and the cold probe
+    reset: ResetFacts  # caches emptied instead of a restart: how, and the cold probe
     kept: bool  # its replicas were left running for the next block (of the same arm)
     # What each replica said of its KV connector when the block opened (client.engine's
     # KvConnector, in URL order; empty where it said nothing).
-    kv_connector: list[dict[str, Any]]
-    switch: dict[str, Any]  # the user's switch command that set the block's arm, and after
+    kv_connector: list[KvConnector]
+    switch: SwitchFacts  # the user's switch command that set the block's arm, and after
     fault: dict[str, int]  # what a planted fault hit in the block (managed: FaultTally)
 
 
@@ -332,8 +451,8 @@ class Manifest(TypedDict):
     tokenizer: str
     text_generator: str
     tool: ToolIdentity
-    host: dict[str, Any]
-    target: dict[str, Any]
+    host: HostFacts
+    target: TargetInfo
     block_order: list[BlockOrder]
     blocks: list[BlockEntry]
     started_at: str

@@ -15,7 +15,7 @@ import subprocess
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 import polars as pl
 
@@ -24,6 +24,7 @@ from sessiongen.errors import RunDirError
 from sessiongen.infra.files import atomic_write, atomic_write_json
 from sessiongen.records.format import (
     SCHEMA_VERSION,
+    HostFacts,
     Manifest,
     RunMeta,
     ToolIdentity,
@@ -100,7 +101,7 @@ def git_sha() -> str | None:
     return sha if out.returncode == 0 and sha else None
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> HostFacts:
     """Facts about the client host worth keeping beside measurements."""
     return {
         "hostname": socket.gethostname(),

@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
 from sessiongen.errors import RunDirError
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.records import io
-from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, Manifest
+from sessiongen.records.format import SCHEMA_VERSION, BlockEntry, Manifest, TargetInfo
 
 #: Target facts that must agree between merged runs (where either run has them).
 TARGET_KEYS = ("kind", "simulated", "time_scale", "profile", "spec")
@@ -125,7 +125,7 @@ def _renumber(
     return frame.with_columns(cols)
 
 
-def _target(manifests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _target(manifests: Sequence[Mapping[str, Any]]) -> TargetInfo:
     """What the runs' targets share, plus every server and every run's whole target."""
     targets = [dict(m.get("target") or {}) for m in manifests]
     first = targets[0]
@@ -142,7 +142,7 @@ def _target(manifests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         {"run_id": m.get("run_id"), "arms": sorted(_arms(m)), "target": t}
         for m, t in zip(manifests, targets, strict=True)
     ]
-    return shared
+    return cast(TargetInfo, shared)  # the runs' targets as read: JSON of any version
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Path:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import BlockFacts, KvConnector, TargetInfo
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ class Target(Protocol):
         """Make replicas ready for a block in cache arm ``cache``; return their base URLs."""
         ...
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         """What each replica of the open block said of its KV connector when it opened,
-        in URL order (a :class:`~sessiongen.client.engine.KvConnector` each: empty where
+        in URL order (a :class:`~sessiongen.records.format.KvConnector` each: empty where
         it said nothing; an empty list where the target does not ask). Replay stops a
         block whose replicas contradict its arm before sending it."""
         ...
@@ -86,8 +86,8 @@ class Target(Protocol):
         same arm."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """The manifest's ``target`` section (JSON)."""
+    def describe(self) -> TargetInfo:
+        """The manifest's ``target`` section."""
         ...
 
     async def close(self) -> None:

@@ -28,7 +28,13 @@ import aiohttp
 
 from sessiongen.client.engine import engine_facts
 from sessiongen.errors import EndpointError, ScenarioError
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    EngineFacts,
+    KvConnector,
+    ServerFacts,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import RouterSpec, is_routed
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.router import RouterFront, router_log
@@ -45,12 +51,12 @@ class Simulation:
     simulated: bool = False
     time_scale: float | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> TargetInfo:
         """The manifest's target facts: ``simulated``, ``time_scale`` (1 when unknown),
         and for simulated replicas where the time scale came from, or that it is unknown."""
         if not self.simulated:
             return {"simulated": False, "time_scale": 1.0}
-        facts: dict[str, Any] = {
+        facts: TargetInfo = {
             "simulated": True,
             "note": "SIMULATED: the endpoints say they are simulated replicas (/version)",
             "time_scale": self.time_scale or 1.0,
@@ -61,7 +67,7 @@ class Simulation:
         return facts
 
 
-def simulation(servers: Sequence[dict[str, Any]]) -> Simulation:
+def simulation(servers: Sequence[ServerFacts]) -> Simulation:
     """What the preflight's ``servers`` (each with its ``/version`` JSON) say they are.
 
     The replicas decide (a gateway only when it is all there is: a router in front may
@@ -121,7 +127,7 @@ class EndpointsTarget:
         self.cache = cache
         self.model = model
         self.n_replicas = len(self.urls)
-        self.servers: list[dict[str, Any]] = []
+        self.servers: list[ServerFacts] = []
         self.placements = placements
         self.source = source
         self.routers = RouterFront(router or RouterSpec(), gateway)
@@ -171,7 +177,7 @@ class EndpointsTarget:
     async def open_block(self, cache: str) -> list[str]:
         return self.urls
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         return said_connectors(self.servers)
 
     async def open_gateway(self, placement: str) -> str | None:
@@ -184,8 +190,8 @@ class EndpointsTarget:
         await self.routers.close_into(facts)
         return facts
 
-    def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+    def describe(self) -> TargetInfo:
+        facts: TargetInfo = {
             "kind": "endpoints",
             **self.sim.describe(),
             "cache": self.cache,
@@ -200,14 +206,14 @@ class EndpointsTarget:
 
 async def probe_servers(
     urls: list[str], model: str, gateway: list[str], timeout_s: float = 10.0
-) -> list[dict[str, Any]]:
+) -> list[ServerFacts]:
     """Each URL's facts for the manifest (models, version, engine, which is the gateway);
     a one-line :class:`EndpointError` when one is unreachable or lacks ``model``."""
-    servers: list[dict[str, Any]] = []
+    servers: list[ServerFacts] = []
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for url in [*urls, *gateway]:
-            facts: dict[str, Any] = {"url": url}
+            facts: ServerFacts = {"url": url}
             try:
                 async with http.get(url + "/v1/models") as resp:
                     if resp.status != 200:
@@ -230,10 +236,10 @@ async def probe_servers(
     return servers
 
 
-def said_connectors(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def said_connectors(servers: Sequence[ServerFacts]) -> list[KvConnector]:
     """What each replica (not a gateway) said of its KV connector, in URL order."""
     return [
-        dict((s.get("engine") or {}).get("kv_connector") or {})
+        KvConnector(**(s.get("engine", EngineFacts()).get("kv_connector") or {}))
         for s in servers
         if not s.get("gateway")
     ]

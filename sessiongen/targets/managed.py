@@ -27,7 +27,11 @@ from sessiongen.infra.files import ensure_dir
 from sessiongen.launch import commands, faults
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.tinymodel import RECIPES, tiny_model_identity
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    KvConnector,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
@@ -67,7 +71,7 @@ class ManagedTarget:
         self._blocks: list[dict[str, Any]] = []
         self._opened: BlockFacts = {}
         self._block_log_dir: Path | None = None
-        self._connectors: list[dict[str, Any]] = []  # what the pair's replicas said
+        self._connectors: list[KvConnector] = []  # what the pair's replicas said
         self._fault_from: dict[Path, int] = {}  # fault log -> its size when the block opened
 
     def runnable_blocks(self, blocks: tuple[str, ...]) -> list[str]:
@@ -117,8 +121,9 @@ class ManagedTarget:
             block["model_identity"] = tiny_model_identity(Path(pair.model_arg))
         if opened["restarted"]:  # what each replica's engine is (sessiongen fit reads it)
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-                block["engine"] = [await engine_facts(http, url) for url in pair.urls]
-            self._connectors = [dict(e.get("kv_connector") or {}) for e in block["engine"]]
+                engines = [await engine_facts(http, url) for url in pair.urls]
+            block["engine"] = engines
+            self._connectors = [KvConnector(**(e.get("kv_connector") or {})) for e in engines]
         opened["kv_connector"] = self._connectors
         self._blocks.append(block)
         return pair.urls
@@ -141,7 +146,7 @@ class ManagedTarget:
             raise
         return pair
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         return list(self._connectors)
 
     async def open_gateway(self, placement: str) -> str | None:
@@ -180,8 +185,8 @@ class ManagedTarget:
         facts["stop"] = await asyncio.to_thread(pair.stop)
         return facts
 
-    def describe(self) -> dict[str, Any]:
-        facts = {
+    def describe(self) -> TargetInfo:
+        facts: TargetInfo = {
             "kind": "managed",
             "simulated": False,
             "time_scale": 1.0,

@@ -15,10 +15,14 @@ pair; the user's own gateway cannot, since one gateway cannot front both pairs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sessiongen.errors import ScenarioError
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    KvConnector,
+    ServerFacts,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import GATEWAY, RouterSpec
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.endpoints import Simulation, probe_servers, said_connectors, simulation
@@ -61,7 +65,7 @@ class PairsTarget:
         self.served_by = ServedBy(
             header=replica_header, fingerprint=bool(replica_names), names=names
         )
-        self.servers: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+        self.servers: dict[str, list[ServerFacts]] = {arm: [] for arm in ARMS}
         self.sim = Simulation()
         self._log_dir: Path | None = None
         self._open: str | None = None
@@ -100,7 +104,7 @@ class PairsTarget:
         self._open = cache
         return self.pairs[cache]
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         return said_connectors(self.servers[self._open]) if self._open is not None else []
 
     async def open_gateway(self, placement: str) -> str | None:
@@ -116,8 +120,8 @@ class PairsTarget:
         await self.routers.close_into(facts)
         return facts
 
-    def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+    def describe(self) -> TargetInfo:
+        facts: TargetInfo = {
             "kind": self.kind,
             **self.sim.describe(),
             "replicas": self.n_replicas,

@@ -20,7 +20,11 @@ from typing import Any
 
 from sessiongen.errors import ScenarioError
 from sessiongen.launch.router import ManagedRouter, require_router, router_version
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    RouterInfo,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import GATEWAY, RouterSpec, is_routed, router_policy
 from sessiongen.scenario.schema import to_plain
 
@@ -87,17 +91,17 @@ class RouterFront:
         if router is not None:
             facts["router"] = router
 
-    def target_facts(self, placements: Iterable[str], served_by: Any = None) -> dict[str, Any]:
+    def target_facts(self, placements: Iterable[str], served_by: Any = None) -> TargetInfo:
         """The manifest target's ``router`` (and ``served_by``, a :class:`ServedBy`, when
         given) where some placement is routed; nothing otherwise."""
         if not any(map(is_routed, placements)):
             return {}
-        facts = {"router": self.describe()}
+        facts: TargetInfo = {"router": self.describe()}
         if served_by is not None:
             facts["served_by"] = to_plain(served_by)
         return facts
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> RouterInfo:
         """The manifest's ``target.router`` section."""
         return {
             "spec": to_plain(self.spec),

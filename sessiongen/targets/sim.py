@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    KvConnector,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import is_routed
 from sessiongen.scenario.schema import to_plain
 from sessiongen.scenario.spec import Scenario
@@ -81,7 +84,7 @@ class SimTarget:
             await asyncio.to_thread(self._handle.reset, True)
         return self._urls
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         return []  # started by sessiongen itself in the block's arm: nothing to contradict
 
     async def open_gateway(self, placement: str) -> str | None:
@@ -98,8 +101,8 @@ class SimTarget:
             self._handle = None
         return facts
 
-    def describe(self) -> dict[str, Any]:
-        facts = {
+    def describe(self) -> TargetInfo:
+        facts: TargetInfo = {
             "kind": "sim",
             "simulated": True,
             "note": "SIMULATED: a calibrated model of vLLM + LMCache, not a real server",

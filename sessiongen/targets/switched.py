@@ -23,14 +23,20 @@ import asyncio
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
-from sessiongen.client.engine import EngineFacts, engine_facts, reported_arm
+from sessiongen.client.engine import engine_facts, reported_arm
 from sessiongen.errors import EndpointError
 from sessiongen.infra import procs
-from sessiongen.records.format import BlockFacts
+from sessiongen.records.format import (
+    BlockFacts,
+    EngineFacts,
+    KvConnector,
+    ServerFacts,
+    SwitchFacts,
+    TargetInfo,
+)
 from sessiongen.scenario.routerspec import RouterSpec
 from sessiongen.targets.base import ServedBy
 from sessiongen.targets.endpoints import Simulation, probe_servers, simulation
@@ -99,8 +105,8 @@ class SwitchedTarget:
         self.served_by = ServedBy(
             header=replica_header, fingerprint=bool(replica_names), names=names
         )
-        self.servers: list[dict[str, Any]] = []
-        self.switches: list[dict[str, Any]] = []  # one per block: command, outcome, engines
+        self.servers: list[ServerFacts] = []
+        self.switches: list[SwitchFacts] = []  # one per block: command, outcome, engines
         self._log_dir: Path | None = None
         self.sim = Simulation()
 
@@ -131,7 +137,7 @@ class SwitchedTarget:
     async def open_block(self, cache: str) -> list[str]:
         n = len(self.switches)
         log = router_log(self._log_dir, f"switch-{n}.log")
-        record: dict[str, Any] = {
+        record: SwitchFacts = {
             "block": n,
             "arm": cache,
             "command": switch_command_for(self.command, cache),
@@ -182,9 +188,9 @@ class SwitchedTarget:
                     )
                 await asyncio.sleep(POLL_S)
 
-    def connectors(self) -> list[dict[str, Any]]:
+    def connectors(self) -> list[KvConnector]:
         engines = self.switches[-1].get("engine") or [] if self.switches else []
-        return [dict(e.get("kv_connector") or {}) for e in engines]
+        return [KvConnector(**(e.get("kv_connector") or {})) for e in engines]
 
     async def open_gateway(self, placement: str) -> str | None:
         log = router_log(self._log_dir, f"router-{len(self.switches) - 1}.log")
@@ -194,14 +200,15 @@ class SwitchedTarget:
         facts: BlockFacts = {"restarted": False}
         if self.switches:
             last = self.switches[-1]
-            facts["switch"] = {k: v for k, v in last.items() if k != "engine"}
-            engines = last.get("engine") or []
-            facts["kv_connector"] = [dict(e.get("kv_connector") or {}) for e in engines]
+            switch = last.copy()
+            engines = switch.pop("engine", None) or []
+            facts["switch"] = switch
+            facts["kv_connector"] = [KvConnector(**(e.get("kv_connector") or {})) for e in engines]
         await self.routers.close_into(facts)
         return facts
 
-    def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+    def describe(self) -> TargetInfo:
+        facts: TargetInfo = {
             "kind": self.kind,
             **self.sim.describe(),
             "replicas": self.n_replicas,
