@@ -13,7 +13,9 @@ OFF run with known truth and prints how often each interval holds it:
   per-turn p90 columns, :func:`sessiongen.analysis.latency.arm_turn_table`).
 
 Then, per session count, the lowest and highest coverage over the models of the
-report's two kinds of 95% interval: what sessiongen/analysis/adequacy.py cites. With
+report's two kinds of 95% interval: what sessiongen/analysis/adequacy.py cites. Run with
+the defaults, it writes them (and the plain percentile's) to ``docs/data/interval_coverage.json``,
+which the Statistics page quotes. With
 2,000 reps a coverage near 95% is known to +-1 point (one standard error 0.5 point), near
 70% to +-2. Fixed seeds: the same figures on every machine.
 """
@@ -26,6 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _docs import record
 
 from tests.support.coverage import MODELS, coverage, true_value
 
@@ -43,6 +47,7 @@ def main() -> None:
     )
     speedups: dict[int, list[float]] = {n: [] for n in args.counts}
     p90s: dict[int, list[float]] = {n: [] for n in args.counts}
+    plains: dict[int, list[float]] = {n: [] for n in args.counts}
     for model in MODELS:
         truth = true_value(model)
         for n in args.counts:
@@ -53,6 +58,7 @@ def main() -> None:
             p90_off = coverage(model, n, reps=args.reps, q=0.9, of="off")
             p90_on = coverage(model, n, reps=args.reps, q=0.9, of="on")
             speedups[n].append(expanded)
+            plains[n].append(plain)
             p90s[n] += [p90_off, p90_on]
             print(
                 f"{model.name:<16} {truth:6.3f} {n:3d}  {plain:9.1%} {expanded:8.1%} {ninety:8.1%}"
@@ -65,6 +71,13 @@ def main() -> None:
         s, p = speedups[n], p90s[n]
         print(f"{n:3d}  {min(s):6.1%}-{max(s):6.1%}  {min(p):6.1%}-{max(p):6.1%}")
     print(f"({time.perf_counter() - started:.0f} s)")
+    figures = {
+        f"n{n}.{kind}.{end}": bound(values[n])
+        for n in args.counts
+        for kind, values in (("speedup", speedups), ("plain", plains), ("arm_p90", p90s))
+        for end, bound in (("low", min), ("high", max))
+    }
+    record("interval_coverage", figures, args=args, documented=parser.parse_args([]))
 
 
 if __name__ == "__main__":
