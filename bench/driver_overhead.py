@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/driver_overhead.py [--concurrency 1 64 256] [--body-mb 0.5]
         [--duration 5] [--rounds 3] [--nice N]
+    .venv/bin/python bench/driver_overhead.py --in-flight 1000 [--hold-s 5] [--chunks 20]
+        [--interval-s 0.25] [--body-mb 0.05] [--duration 20] [--no-write]
 
 Against the reference server of :mod:`sessiongen.calibrate.refserver` (its own process; it stamps
 the kernel's receive time of each request's last byte and its own write of the first
@@ -18,6 +20,14 @@ chunk, on the monotonic clock the client reads too):
   chunk per write, paced so that reads are not batched (chunks/read near 1), and flat
   out (reads batched: the figure flatters the client, shown for contrast).
 
+``--in-flight N`` measures only the *in-flight* shape, a trace replay's: N closed-loop
+streams whose requests each last ``hold + chunks x interval`` (default 5 s queued
+before the first token, then 20 tokens 0.25 s apart: 1,000 streams are 100 requests
+and 2,000 chunks a second, about 30 times a Mooncake replay's request rate at that
+many in flight), bodies of a 12k-token prompt's size. Its row goes to
+``docs/data/served-rate.json`` (section ``client``, with the commit, date, machine, load
+and command) unless ``--no-write``; ``bench/served_rate.py`` writes the served pair's.
+
 ``added`` = client TTFT - server's own time; ``up`` = send -> last body byte in the
 server's socket; ``down`` = server's write of the first chunk -> client timestamp.
 ``p99own``: p99 over the ``n_own`` requests that no stall spent waiting for a CPU (the
@@ -33,12 +43,16 @@ import asyncio
 import os
 import re
 import socket
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 from sessiongen.calibrate import measure
 from sessiongen.calibrate.refserver import CHUNKS_HEADER, DELAY_HEADER, ReferenceServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from served_rate import provenance, update_data  # a sibling bench script
 
 COLUMNS = (  # (key, heading, width, decimals)
     ("requests", "n", 6, 0),
@@ -60,7 +74,10 @@ COLUMNS = (  # (key, heading, width, decimals)
 
 def _row(label: str, streams: int, fig: dict[str, Any]) -> str:
     cells = [f"{label:<7}", f"{streams:>5}"]
-    cells += [f"{fig[key]:>{width}.{places}f}" for key, _h, width, places in COLUMNS]
+    cells += [  # None: too few requests for the early-stopping tail
+        f"{'-' if fig[key] is None else format(fig[key], f'.{places}f'):>{width}}"
+        for key, _h, width, places in COLUMNS
+    ]
     return " ".join(cells)
 
 
@@ -134,6 +151,22 @@ async def run(args: argparse.Namespace, url: str) -> None:
         )
 
 
+async def in_flight(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """The in-flight shape (module doc): its figures, printed as a row."""
+    fig = await measure.measure_steady(
+        url,
+        concurrency=args.in_flight,
+        body_bytes=int(args.body_mb * 2**20),
+        duration_s=args.duration,
+        delay_s=args.hold_s,
+        chunks=args.chunks,
+        interval_s=args.interval_s,
+    )
+    print(_header())
+    print(_row("flight", args.in_flight, fig), flush=True)
+    return fig
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
@@ -143,15 +176,35 @@ def main() -> None:
     ap.add_argument(
         "--nice", type=int, default=0, help="niceness for client and server (root: < 0)"
     )
+    ap.add_argument("--in-flight", type=int, default=0, help="only the in-flight shape, N streams")
+    ap.add_argument("--hold-s", type=float, default=5.0, help="in-flight: server delay")
+    ap.add_argument("--chunks", type=int, default=20, help="in-flight: chunks a response")
+    ap.add_argument("--interval-s", type=float, default=0.25, help="in-flight: chunk spacing")
+    ap.add_argument("--no-write", action="store_true", help="in-flight: print only")
     args = ap.parse_args()
     if args.nice:
         os.nice(args.nice)  # the server process inherits it
     print(
         f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, nice {args.nice}"
     )
+    before = os.getloadavg()
     with ReferenceServer() as server:
-        asyncio.run(run(args, server.url))
+        if args.in_flight:
+            fig = asyncio.run(in_flight(args, server.url))
+        else:
+            asyncio.run(run(args, server.url))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    if args.in_flight and not args.no_write:
+        shape = {k: getattr(args, k) for k in ("hold_s", "chunks", "interval_s", "body_mb")}
+        row = {
+            **{k: fig[k] for k, *_ in COLUMNS},
+            "in_flight": args.in_flight,
+            "duration_s": args.duration,
+            **shape,
+            "load_before": [round(x, 2) for x in before],
+            **provenance("python bench/driver_overhead.py " + " ".join(sys.argv[1:])),
+        }
+        update_data("client", {f"in_flight-{args.in_flight}": row})
 
 
 if __name__ == "__main__":
