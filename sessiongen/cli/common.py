@@ -86,3 +86,21 @@ STORE_OPTION = click.option(
     required=True,
     help="Trend store folder (one Parquet file per run, per scenario).",
 )
+#: ``--salt``: the run salt a scenario's markers are made with (generate, export).
+SALT_OPTION = click.option(
+    "--salt", default="sessiongen", show_default=True, help="Run salt for the markers."
+)
+#: ``--server URL``: the replica that counts tokens for ``model.tokenizer = "server"``.
+SERVER_OPTION = click.option(
+    "--server",
+    metavar="URL",
+    help='Replica whose /tokenize counts tokens (for model.tokenizer = "server").',
+)
+#: ``--block-tokens``: tokens per hash id of a Mooncake-style trace (export, trace-info).
+BLOCK_TOKENS_OPTION = click.option(
+    "--block-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Tokens per hash id.",
+)

@@ -7,6 +7,9 @@ from pathlib import Path
 import click
 
 from sessiongen.cli.common import (
+    BLOCK_TOKENS_OPTION,
+    SALT_OPTION,
+    SERVER_OPTION,
     load_scenario,
     set_option,
 )
@@ -25,19 +28,9 @@ from sessiongen.cli.common import (
     show_default=True,
     help="Trace format (Mooncake-style JSONL: timestamp/delay, lengths, hash_ids).",
 )
-@click.option(
-    "--block-tokens",
-    type=click.IntRange(min=1),
-    default=512,
-    show_default=True,
-    help="Tokens per hash id.",
-)
-@click.option("--salt", default="sessiongen", show_default=True, help="Run salt for the markers.")
-@click.option(
-    "--server",
-    metavar="URL",
-    help='Replica whose /tokenize counts tokens (for model.tokenizer = "server").',
-)
+@BLOCK_TOKENS_OPTION
+@SALT_OPTION
+@SERVER_OPTION
 @set_option
 def export(
     scenario_file: str,

@@ -6,10 +6,7 @@ from pathlib import Path
 
 import click
 
-from sessiongen.cli.common import (
-    load_scenario,
-    set_option,
-)
+from sessiongen.cli.common import SALT_OPTION, SERVER_OPTION, load_scenario, set_option
 
 
 @click.command("generate")
@@ -17,12 +14,8 @@ from sessiongen.cli.common import (
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="JSONL file to write."
 )
-@click.option("--salt", default="sessiongen", show_default=True, help="Run salt for the markers.")
-@click.option(
-    "--server",
-    metavar="URL",
-    help='Replica whose /tokenize counts tokens (for model.tokenizer = "server").',
-)
+@SALT_OPTION
+@SERVER_OPTION
 @set_option
 def generate(
     scenario_file: str, output: str, salt: str, server: str | None, overrides: tuple[str, ...]

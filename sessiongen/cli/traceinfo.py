@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import click
 
+from sessiongen.cli.common import BLOCK_TOKENS_OPTION
+
 
 @click.command("trace-info")
 @click.argument("trace_file", type=click.Path(dir_okay=False))
-@click.option(
-    "--block-tokens",
-    type=click.IntRange(min=1),
-    default=512,
-    show_default=True,
-    help="Tokens per hash id.",
-)
+@BLOCK_TOKENS_OPTION
 @click.option("--limit", type=click.IntRange(min=1), help="Read at most this many requests.")
 @click.option(
     "--speedup",
