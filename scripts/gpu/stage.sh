@@ -46,7 +46,7 @@ fi
 sha256sum -c --quiet SHA256SUMS.parts || fail "a kept part is corrupt in $PARTS"
 
 rm -rf wheels && mkdir wheels
-# shellcheck disable=SC2046  # the part names are plain (part-NN)
+# shellcheck disable=SC2046,SC2002  # several plain part names (part-NN), concatenated
 cat $(awk '{print $2}' SHA256SUMS.parts) | tar -x -C wheels
 (cd wheels && sha256sum -c --quiet ../SHA256SUMS.wheels) || fail "a reassembled wheel is corrupt"
 echo "stage: $want parts reassembled into $(wc -l < SHA256SUMS.wheels) wheels, sha256 checked"
