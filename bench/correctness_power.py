@@ -17,7 +17,8 @@ baseline (no divergence without the pool: float32 on the CPU pair, the simulator
 each pool-served answer corrupted independently with probability ``c``, the detection
 power is ``P(test rejects)`` summed exactly over the binomial number of corrupted
 answers. Equivalence probes compare every answer; needle probes grade one needle per
-turn, the same counts.
+turn, the same counts. Run with the defaults (every shipped scenario), it writes its figures
+to ``docs/data/correctness_power.json``, which the Correctness page quotes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _docs import record
 from scipy import stats as sps
 
 from sessiongen.analysis.stats import rate_exceeds
@@ -82,6 +84,7 @@ def main() -> None:
     root = Path(__file__).resolve().parents[1] / "scenarios"
     paths = args.scenarios or sorted(root.glob("*.toml"))
     head = "  ".join(f"{share:>4.0%}" for share in SHARES)
+    figures: dict[str, float] = {}
     print(f"{'scenario':<16} {'probe':<12} {'pool':>5} {'base':>5} {'fewest':>6}  {head}")
     for path in paths:
         scen = load_scenario(path)
@@ -89,12 +92,18 @@ def main() -> None:
             continue
         pool, base = counts(scen)
         fewest = next((k for k in range(1, pool + 1) if rate_exceeds(k, pool, 0, base) < ALPHA), 0)
-        shares = "  ".join(f"{power(pool, base, share):>4.0%}" for share in SHARES)
+        powers = {
+            f"{path.stem}.power{round(100 * share)}": power(pool, base, share) for share in SHARES
+        }
+        figures |= powers | {f"{path.stem}.{k}": v for k, v in (("pool", pool), ("base", base))}
+        figures[f"{path.stem}.fewest"] = fewest
+        shares = "  ".join(f"{value:>4.0%}" for value in powers.values())
         print(
             f"{path.stem:<16} {scen.sessions.probe:<12} {pool:>5} {base:>5} {fewest:>6}  {shares}"
         )
     print("pool: pool-served ON requests; base: baseline comparisons; fewest: corrupted answers")
     print("the test needs against a clean baseline; then the power at each corrupted share")
+    record("correctness_power", figures, args=args, documented=parser.parse_args([]))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ exact at ``driver.concurrency = 1``). Whether the run is caught: its equivalence
 Then, from the requests: the share of hit requests that diverged (per-chunk sensitivity),
 and what that means for the shipped scenario: with C distinct pool-served chunks judged
 and every hit request caught, a run at share p is caught with probability 1 - (1 - p)^C.
+Run as the Correctness page says (``--sessions 8``, the rest default), it writes its
+figures to ``docs/data/real_fault_detection.json``, which that page quotes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from typing import Any
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _docs import record
 
 from sessiongen import analysis, replay, scenario
 from sessiongen.analysis.correctness import CACHE_FAILURE
@@ -152,6 +156,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=0, help="0: the scenario's own count")
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
+    asked = argparse.Namespace(**vars(args))
     if args.runs_dir is None:
         args.runs_dir = Path(tempfile.mkdtemp(prefix="fault-bench-"))
     shares = [float(s) for s in args.shares.split(",")]
@@ -182,11 +187,22 @@ def main() -> None:
     single_caught = sum(o.single_diverged for o in outcomes)
     print(f"  of them with exactly one spoiled chunk: {single_caught} of {single}")
     print(f"requests with no spoiled chunk that diverged: {missed_unhit} (expected 0)")
+    figures: dict[str, float] = {
+        "hit.diverged": caught,
+        "hit.requests": hit,
+        "single.diverged": single_caught,
+        "single.requests": single,
+        "unhit.diverged": missed_unhit,
+    }
     print("runs caught (equivalence verdict cache failure):")
     for share in shares:
         runs = [o for o in outcomes if o.share == share]
         n = sum(o.verdict == CACHE_FAILURE for o in runs)
         print(f"  share {share:5.0%}: {n} of {len(runs)}")
+        key = f"share{share * 100:g}".replace(".", "_")
+        figures[f"{key}.caught"], figures[f"{key}.runs"] = n, len(runs)
+        figures[f"{key}.diverged"] = sum(o.hit_diverged + o.unhit_diverged for o in runs)
+        figures[f"{key}.served"] = sum(o.served for o in runs)
     # The shipped scenario as shipped: its sessions, each judged on the same pool chunks
     # (per session) as here, in every ON block alike.
     shipped = scenario.load(args.scenario).sessions.count
@@ -200,6 +216,8 @@ def main() -> None:
     )
     for share in (0.005, 0.01, 0.02, 0.05, 0.1, 0.2):
         print(f"  share {share:5.1%}: {1 - (1 - share) ** distinct:6.1%}")
+    documented = parser.parse_args(["--sessions", "8"])
+    record("real_fault_detection", figures, args=asked, documented=documented)
 
 
 if __name__ == "__main__":

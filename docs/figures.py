@@ -33,6 +33,7 @@ import platform
 import re
 import shutil
 import subprocess
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -94,15 +95,24 @@ def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> 
 
 def _uncommitted() -> int | None:
     """Files of the package and the scenarios that differ from the commit, when recorded
-    (the run's code was the commit's only when this is 0; None outside a git checkout)."""
-    status = subprocess.run(
-        ["git", "status", "--porcelain", "--", "sessiongen", "scenarios"],
-        cwd=HERE.parent,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return len(status.stdout.splitlines()) if status.returncode == 0 else None
+    (the run's code was the commit's only when this is 0; None outside a git checkout).
+    Compared with HEAD through an index of its own, read from HEAD: the checkout's index
+    may hold staged work that is not the commit's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = os.environ | {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        changed: set[str] = set()
+        for argv in (
+            ["read-tree", "HEAD"],
+            ["diff", "--name-only", "--", "sessiongen", "scenarios"],
+            ["ls-files", "--others", "--exclude-standard", "--", "sessiongen", "scenarios"],
+        ):
+            done = subprocess.run(
+                ["git", *argv], cwd=HERE.parent, env=env, capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                return None
+            changed |= set(done.stdout.splitlines())
+    return len(changed)
 
 
 def write(name: str, *, command: str, figures: dict[str, Any]) -> Path:
@@ -168,8 +178,9 @@ def source_line(data: dict[str, Any]) -> str:
     load1 = data["load_average_after"][0]
     return (
         f"`{data['command']}`, run {data['run_id']} of {data['date']} at commit "
-        f"{(data['commit'] or 'unknown')[:10]}, {data['machine']}, {data['wall_s']} s wall, "
-        f"load average {load1:g} when recorded"
+        f"{(data['commit'] or 'unknown')[:10]}, {data['machine']}, "
+        + (f"{data['wall_s']} s wall, " if "wall_s" in data else "")
+        + f"load average {load1:g} when recorded"
         + (
             f", {data['uncommitted_changes']} files of the package not yet committed"
             if data.get("uncommitted_changes")
