@@ -26,7 +26,7 @@ What none of them tell (LMCache's chunk behind ``--endpoints``, say) is listed b
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sessiongen.records.format import RunMeta
@@ -86,8 +86,9 @@ def _flag_values(args: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def structure(meta: RunMeta, *, kv_bytes_per_token: int | None = None) -> dict[str, Any]:
-    """The structural profile keys this run tells (see the module doc); with the model's
+def structure(meta: RunMeta, *, kv_bytes_per_token: int | None = None) -> dict[str, float]:
+    """The structural profile keys this run tells (see the module doc), each a number
+    (counts are whole); with the model's
     KV bytes per token, a CPU replica's KV cache follows from ``VLLM_CPU_KVCACHE_SPACE``
     (GiB) where the replicas did not tell it."""
     target = meta.target
@@ -95,7 +96,7 @@ def structure(meta: RunMeta, *, kv_bytes_per_token: int | None = None) -> dict[s
     if profile:  # a simulated or planned run: its profile is the structure
         return {k: profile[k] for k in STRUCTURE_KEYS if k in profile}
     spec = target.get("spec") or {}
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     replicas = target.get("replicas") or len(target.get("endpoints") or []) or None
     if replicas:
         out["replicas"] = int(replicas)
@@ -127,6 +128,6 @@ def structure(meta: RunMeta, *, kv_bytes_per_token: int | None = None) -> dict[s
     return out
 
 
-def unknown(found: dict[str, Any]) -> list[str]:
+def unknown(found: Mapping[str, object]) -> list[str]:
     """Structural keys the run did not tell."""
     return [k for k in STRUCTURE_KEYS if k not in found]

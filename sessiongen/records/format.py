@@ -437,6 +437,14 @@ def merge_facts(entry: BlockEntry, facts: BlockFacts) -> None:
         entry["fault"] = facts["fault"]
 
 
+class MergedRun(TypedDict):
+    """One run that ``sessiongen merge`` combined (the manifest's ``merged_from``)."""
+
+    run_id: str
+    path: str
+    arms: list[str]  # the cache arms its blocks ran
+
+
 class Manifest(TypedDict):
     """``manifest.json`` as written (see the module's format history)."""
 
@@ -460,7 +468,7 @@ class Manifest(TypedDict):
     complete: bool
     loop_lag: NotRequired[dict[str, Any]]
     calibration: NotRequired[dict[str, Any]]
-    merged_from: NotRequired[list[dict[str, Any]]]  # sessiongen merge: the runs combined
+    merged_from: NotRequired[list[MergedRun]]  # sessiongen merge: the runs combined
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sessiongen.errors import ScenarioError, UserError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
@@ -144,6 +144,16 @@ def load_suite(config_path: str | Path) -> Suite:
         except ScenarioError as exc:
             raise ScenarioError(str(path), f"scenario[{i}]", str(exc)) from None
     return Suite(path, config, tuple(scenarios))
+
+
+class _CheckArgs(TypedDict):
+    """The config's ``[check]`` as :func:`trend_check` and :func:`trend_plot` take it."""
+
+    threshold: float
+    min_nights: int
+    per_metric_thresholds: dict[str, float]
+    window: int
+    folders: set[str]
 
 
 @dataclass
@@ -270,7 +280,7 @@ def run_nightly(
         if runs[-1].interrupted:
             break
     added = [r.stored for r in runs if r.stored is not None]
-    check_args: dict[str, Any] = {
+    check_args: _CheckArgs = {
         "threshold": cfg.check.threshold,
         "min_nights": cfg.check.min_nights,
         "per_metric_thresholds": {
