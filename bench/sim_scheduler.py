@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from _docs import record
 
 from sessiongen.client.driver import Client
 from sessiongen.scenario.simprofile import SimProfile
@@ -112,10 +113,11 @@ def pct(values: list[float], q: float) -> float:
     return float(np.quantile(values, q)) if values else float("nan")
 
 
-def report_served(facts: list[dict[str, Any]], seconds: float, scale: float) -> None:
+def report_served(facts: list[dict[str, Any]], seconds: float, scale: float) -> dict[str, float]:
+    """Print the lateness of ``facts``; return its shares of the scaled modeled TTFT."""
     if not facts:
         print("  no responses")
-        return
+        return {}
     share = [f["late_s"] / f["target_ttft_s"] for f in facts]
     late_ms = [1000 * f["late_s"] for f in facts]
     ttft = [f["modeled_ttft_s"] for f in facts]
@@ -138,6 +140,9 @@ def report_served(facts: list[dict[str, Any]], seconds: float, scale: float) -> 
     )
     own = [1000 * f["own_work_s"] for f in facts]
     print(f"  own work before submission ms: p50 {pct(own, 0.5):.2f}  p99 {pct(own, 0.99):.2f}")
+    return {f"late_share_p{round(100 * q)}": pct(share, q) for q in (0.5, 0.9, 0.99)} | {
+        "within_goal": sum(s <= 0.01 for s in share) / len(share)
+    }
 
 
 def schedstat(pid: int) -> tuple[float, float]:
@@ -152,24 +157,28 @@ def schedstat(pid: int) -> tuple[float, float]:
     return run / 1e9, wait / 1e9
 
 
-def bench_served(sessions: int, scale: float, seconds: float) -> None:
+def bench_served(sessions: int, scale: float, seconds: float) -> dict[str, float]:
+    """Print the served simulator's lateness; return its figures (all requests, steady state)."""
     print(f"served: {sessions} sessions in flight, time scale {scale}, {seconds:.0f} s")
-    print(f"  load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    load = os.getloadavg()[0]
+    print(f"  load average before: {load:.2f} on {os.cpu_count()} CPUs")
     with start_sim(SimProfile(time_scale=scale), "sim-27b", True) as sim:
         run0, wait0 = schedstat(sim.pid)
         wall0 = time.perf_counter()
         facts = asyncio.run(served_sessions(list(sim.urls), sessions, seconds, 2000, 16))
         wall = time.perf_counter() - wall0
         run, wait = (b - a for a, b in zip((run0, wait0), schedstat(sim.pid), strict=True))
-    report_served(facts, seconds, scale)
+    figures = {"sessions": sessions, "time_scale": scale, "load_before": load}
+    figures |= {f"all.{k}": v for k, v in report_served(facts, seconds, scale).items()}
     steady = [f for f in facts if f["sent_at"] >= 10.0]
     print("  steady state (requests sent after the first 10 s):")
-    report_served(steady, seconds - 10.0, scale)
+    figures |= {f"steady.{k}": v for k, v in report_served(steady, seconds - 10.0, scale).items()}
     print(
         f"  simulator process: on a CPU {run:.1f} s ({100 * run / wall:.0f}% of one), "
         f"waiting for a CPU {wait:.1f} s, over {wall:.1f} s"
     )
     print(f"  load average after: {os.getloadavg()[0]:.2f}")
+    return figures
 
 
 # --- virtual ------------------------------------------------------------------------
@@ -331,7 +340,12 @@ def main() -> None:
     if args.nice:
         os.nice(args.nice)  # the simulator process inherits it
     if not args.skip_served:
-        bench_served(args.sessions, args.scale, args.seconds)
+        figures = bench_served(args.sessions, args.scale, args.seconds)
+        # the served figures are the documented ones whatever the virtual part did
+        documented = parser.parse_args([])
+        for name in ("skip_virtual", "quick", "hours"):
+            setattr(documented, name, getattr(args, name))
+        record("sim_scheduler", figures, args=args, documented=documented)
     if not args.skip_virtual:
         bench_virtual(args.hours, args.quick)
 
