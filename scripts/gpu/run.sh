@@ -14,6 +14,10 @@
 # builtin:llama-1b on GPU 0 beside one LMCache server, caches reset between blocks of the
 # same arm (each reset proved by a cold probe), so both arms see the same prompts and the
 # equivalence probe compares their answers.
+#
+# Knobs (environment): GPU_SESSIONS (study sessions an arm, 6), GPU_PROBE=0 (no probe
+# chains), GPU_LARGEST_CONTEXT (258048), GPU_KV_BYTES (each replica's KV cache, 9 GiB),
+# GPU_WAIT_S (how long `wait` waits), GPU_SITE, GPU_WORK, PYTHON.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -65,7 +69,7 @@ PYEOF
 
 replays() {  # the two replays' arguments, one a line group: study, then probe
     mapfile -t sets < <(common_sets)
-    STUDY=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=6)
+    STUDY=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-6}")
     PROBE=(scenarios/xreplica.toml "${sets[@]}"
         --set "sessions.initial_context_tokens=[32768, $LARGEST]")
 }
@@ -85,9 +89,11 @@ PYEOF
     "$PY" -m sessiongen replay "${STUDY[@]}" --runs-dir "$WORK/runs" --no-progress \
         > "$WORK/study.log" 2>&1
     echo "study $? $((SECONDS - start))" >> "$WORK/status"
-    "$PY" -m sessiongen replay "${PROBE[@]}" --runs-dir "$WORK/runs" --no-progress \
-        > "$WORK/probe.log" 2>&1
-    echo "probe $? $((SECONDS - start))" >> "$WORK/status"
+    if [ "${GPU_PROBE:-1}" = 1 ]; then
+        "$PY" -m sessiongen replay "${PROBE[@]}" --runs-dir "$WORK/runs" --no-progress \
+            > "$WORK/probe.log" 2>&1
+        echo "probe $? $((SECONDS - start))" >> "$WORK/status"
+    fi
     echo "done" >> "$WORK/status"
 }
 
