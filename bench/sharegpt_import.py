@@ -7,7 +7,8 @@ Writes a generated JSONL dataset into a temp folder (``--conversations`` convers
 then times :func:`sessiongen.workload.sharegpt.read_conversations` alone (read and
 checked) and a :class:`~sessiongen.workload.sessions.SessionBuilder` on a scenario
 naming the file (read, checked, every turn's prompt counted under cl100k), and once with
-``pad_first_to`` set. Prints figures; asserts nothing.
+``pad_first_to`` set. Prints figures; asserts nothing. Run with the defaults, it writes
+them to ``docs/data/sharegpt_import.json`` (the Replay a trace page quotes them).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from _docs import record
 
 from sessiongen import scenario
 from sessiongen.workload.sessions import SessionBuilder
@@ -45,6 +47,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--words", type=int, default=120)
     args = ap.parse_args()
+    figures: dict[str, float] = {"conversations": args.conversations, "turns": args.turns}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "bench.jsonl"
         size = write_dataset(data, args.conversations, args.turns, args.words)
@@ -53,6 +56,7 @@ def main() -> None:
         read_s = time.perf_counter() - t0
         print(f"dataset: {n} conversations x {args.turns} turns, {size / 2**20:.1f} MiB JSONL")
         print(f"read and checked: {read_s:.2f} s ({n / read_s:,.0f} conversations/s)")
+        figures["read_s"] = read_s
         toml = Path(tmp) / "s.toml"
         toml.write_text(
             f'name = "bench"\n[sessions]\nsource = "sharegpt"\n'
@@ -66,10 +70,12 @@ def main() -> None:
             build_s = time.perf_counter() - t0
             tokens = sum(s.chat.turns[-1].prompt_tokens for s in sessions if s.chat)
             label = " ".join(extra) or "no padding"
+            figures["build_padded_s" if extra else "build_s"] = build_s
             print(
                 f"sessions built ({label}): {build_s:.2f} s for {len(sessions)} sessions, "
                 f"{tokens:,} last-turn prompt tokens ({tokens / build_s:,.0f} tokens/s counted)"
             )
+    record("sharegpt_import", figures, args=args, documented=ap.parse_args([]))
 
 
 if __name__ == "__main__":

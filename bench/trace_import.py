@@ -10,7 +10,8 @@ tracemalloc for the peak of Python allocations; then gets the prefix-sharing fac
 the first ``--facts`` requests (:func:`~sessiongen.workload.reuse.prefix_facts`, about
 the Mooncake conversation trace's size twice over) and builds the token-exact prompts of
 the first ``--prompts`` requests (:class:`~sessiongen.workload.traceprompts.TracePrompts`).
-Prints figures; asserts nothing.
+Prints figures; asserts nothing. Run with the defaults, it writes the reading figures to
+``docs/data/trace_import.json`` (the Replay a trace page quotes them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from _docs import record
 
 from sessiongen.workload.reuse import prefix_facts
 from sessiongen.workload.textgen import default_generator
@@ -80,6 +82,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2000)
     ap.add_argument("--facts", type=int, default=24_000, help="requests to get reuse facts of")
     args = ap.parse_args()
+    figures: dict[str, float] = {"lines": args.lines}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
         t = time.perf_counter()
@@ -103,6 +106,7 @@ def main() -> None:
             f" = {n / read_s:,.0f} lines/s = {size / 2**20 / read_s:.0f} MiB/s"
         )
         print(f"peak RSS: {rss1 / 1024:.0f} MiB after reading (was {rss0 / 1024:.0f} MiB before)")
+        figures |= {"size_mib": size / 2**20, "read_s": read_s, "peak_rss_mib": rss1 / 1024}
 
         tracemalloc.start()
         for _req in read_trace(path):
@@ -131,6 +135,7 @@ def main() -> None:
             f"prompts: {args.prompts:,} token-exact prompts built in {build_s:.1f} s "
             f"({args.prompts / build_s:,.0f}/s, {built / 2**20:.0f} MiB of text)"
         )
+    record("trace_import", figures, args=args, documented=ap.parse_args([]))
 
 
 if __name__ == "__main__":

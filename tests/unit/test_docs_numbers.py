@@ -156,7 +156,6 @@ ALLOWED = (
 PENDING = {
     "development.md",
     "getting-started.md",
-    "guides/replay-trace.md",
 }
 
 
