@@ -67,8 +67,35 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     return figures
 
 
-def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> Path:
-    """Write ``docs/data/NAME.json`` from ``run_dir`` (and the picture, when asked)."""
+def error_figures(run_dir: Path) -> dict[str, Any]:
+    """A simulated run's measurement error over its cells (arm and turn), as shares of each
+    cell's median TTFT (:func:`sessiongen.analysis.measurement_error`): the time scale, the
+    cells, how many are flagged, the median and the worst cell; nothing for a real target.
+    Imported here, not above: ``scripts/tier-times`` loads this file without sessiongen."""
+    from sessiongen.analysis import measurement_error
+    from sessiongen.records.run import load_run
+
+    run = load_run(run_dir)
+    error = measurement_error(run)
+    if error.is_empty():
+        return {}
+    share = error["error_share"].abs()
+    return {
+        "time_scale": run.time_scale,
+        "error.cells": error.height,
+        "error.flagged": int(error["flagged"].sum()),
+        "error.median_share": float(share.median()),
+        "error.worst_share": float(share.max()),
+    }
+
+
+def record(
+    run_dir: Path, name: str, command: str, *, picture: bool = False, wall_s: int | None = None
+) -> Path:
+    """Write ``docs/data/NAME.json`` from ``run_dir`` (and the picture, when asked).
+
+    ``wall_s``: the command's own wall time, timed around it, where given (the manifest's
+    start and end span the blocks only, not the start-up and the report after them)."""
     manifest = json.loads((run_dir / "manifest.json").read_text())
     started = datetime.fromisoformat(manifest["started_at"])
     ended = datetime.fromisoformat(manifest["ended_at"])
@@ -80,9 +107,10 @@ def record(run_dir: Path, name: str, command: str, *, picture: bool = False) -> 
         "date": started.date().isoformat(),
         "machine": f"{host['cpu_count']} cores, {host['machine']}, {host['platform']}",
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round((ended - started).total_seconds()),
+        "wall_s": round((ended - started).total_seconds()) if wall_s is None else wall_s,
+        "wall_timed": "around the command" if wall_s is not None else "manifest start to end",
         "uncommitted_changes": _uncommitted(),
-        "figures": read_run(run_dir),
+        "figures": read_run(run_dir) | error_figures(run_dir),
     }
     DATA.mkdir(exist_ok=True)
     out = DATA / f"{name}.json"
@@ -219,5 +247,6 @@ if __name__ == "__main__":
     parser.add_argument("name")
     parser.add_argument("--command", required=True, help="the command that made the run")
     parser.add_argument("--picture", action="store_true", help="copy its speedup.png too")
+    parser.add_argument("--wall-s", type=int, help="the command's wall time, timed around it")
     args = parser.parse_args()
-    print(record(args.run_dir, args.name, args.command, picture=args.picture))
+    print(record(args.run_dir, args.name, args.command, picture=args.picture, wall_s=args.wall_s))

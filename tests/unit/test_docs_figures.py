@@ -10,6 +10,7 @@ rebuilt here from the same file.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -81,12 +82,76 @@ def demo_sentence(data: dict[str, Any]) -> str:
     )
 
 
+def demo_time_sentence(data: dict[str, Any]) -> str:
+    """The README's time of the demo's replay, rebuilt from ``docs/data/demo.json``."""
+    wall, cores = data["wall_s"], data["machine"].split(",")[0]
+    return (
+        f"The replay takes about {round(wall / 60)} minutes on {cores} "
+        f"({wall // 60} min {wall % 60} s here, load average "
+        f"{data['load_average_after'][0]:g} when recorded)"
+    )
+
+
+def tier_times_sentence(data: dict[str, Any]) -> str:
+    """The README's time of the last whole ``make test``, from ``docs/data/test-times.json``."""
+    f = data["figures"]
+    return (
+        f"Its last whole run here took {f['total.min']:.1f} min on "
+        f"{data['machine'].split(',')[0]}: the fast tier {f['test_fast.min']:.1f} min over two "
+        f"workers, the real-stack tier {f['test_real.min']:.1f} min"
+    )
+
+
 def test_the_readme_quotes_the_demo_as_its_data_file_has_it() -> None:
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    expected = demo_sentence(FIGURES.load("demo"))
-    assert expected in readme, f"README should say: {expected}"
+    demo = FIGURES.load("demo")
+    for expected in (
+        f"In the demo below ({demo['date']}, ",
+        demo_sentence(demo),
+        demo_time_sentence(demo),
+        tier_times_sentence(FIGURES.load("test-times")),
+    ):
+        assert expected in readme, f"README should say: {expected}"
     assert "docs/assets/demo-speedup.png" in readme
     assert (DOCS / "assets" / "demo-speedup.png").stat().st_size > 10_000
+
+
+def error_phrase(data: dict[str, Any]) -> str:
+    """How the demo scenario's comment states a recorded run's measurement error."""
+    f = data["figures"]
+    return (
+        f"at {f['time_scale']:g}: median cell {f['error.median_share']:.1%}, worst "
+        f"{f['error.worst_share']:.1%}, {f['error.flagged']} of {f['error.cells']} cells "
+        f"flagged, {data['wall_s']} s (load average {data['load_average_after'][0]:g})"
+    )
+
+
+def test_the_demo_scenario_states_its_error_as_recorded() -> None:
+    # The time scale's comment gives the error it was chosen by: from the recorded runs at
+    # the new scale and the old one, so it cannot drift from docs/benchmarks.md's table.
+    from sessiongen import scenario
+
+    path = ROOT / "scenarios" / "alt128k.toml"
+    comments = " ".join(
+        line.split("#", 1)[1] for line in path.read_text().splitlines() if "#" in line
+    )
+    comments = " ".join(comments.split())
+    demo, before = FIGURES.load("demo"), FIGURES.load("demo-before")
+    assert scenario.load(path).target.sim.time_scale == demo["figures"]["time_scale"]
+    for data in (demo, before):
+        assert error_phrase(data) in comments, f"alt128k.toml should say: {error_phrase(data)}"
+
+
+def test_the_quick_start_pages_quote_their_times_from_data_files() -> None:
+    # Typed by hand, they went stale: "about 5 minutes (5 min 24 s here)" and a fast tier
+    # of 9 min 12 s stood beside data files that said otherwise (issue 32 item 7).
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    quick = page.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    for placeholder in ("{{ demo:@wall_s }}", "{{ test-times:total.min:.1f }}"):
+        assert placeholder in quick
+    filled = FIGURES.fill(quick)
+    assert f"took {FIGURES.load('demo')['wall_s']} s in" in filled
+    assert not re.search(r"\d+ min \d+ s", quick), "a time typed by hand"
 
 
 def test_a_recorded_run_gives_its_figures_and_provenance(
