@@ -7,7 +7,9 @@
   stratified two-stage bootstrap), pure and seeded;
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
   simulator's engine, no HTTP), written as a run folder of target kind ``plan``; its
-  blocks, arrivals and placements are :mod:`sessiongen.design`'s, as replay's are;
+  blocks, arrivals and placements are :mod:`sessiongen.design`'s, as replay's are; it
+  drives :mod:`sessiongen.experiment`'s block script on an event heap;
+- :mod:`.prompts`: the planner's prompts, exact or by shape, prepared once per plan;
 - :mod:`.rows`: a planned run's request records as rows of what varies per request
   and facts per block, written with ``requests.parquet``'s schema;
 - :mod:`.routers`: models of vllm-router's policies for routed placements;

@@ -4,7 +4,11 @@ the needle probes' phrasing are in :mod:`sessiongen.text`, which the simulator r
 with too.
 
 - :mod:`.textgen`: prose of an exact token length;
-- :mod:`.sessions`: sessions, their turns and the exact request bodies;
+- :mod:`.sessions`: a scenario's sessions for one salt, from one source, and warm-ups;
+- :mod:`.source`: the protocol every source of sessions follows, picked by name;
+- :mod:`.synthetic`, :mod:`.tracesource`, :mod:`.chatsource`: the three sources (written
+  from the scenario, a trace's, a conversation dataset's);
+- :mod:`.requests`: a turn's request (exact body, texts kept once, the salt's marker);
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
 - :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
 - :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);

@@ -10,7 +10,7 @@ The rules (``[sessions.sharegpt]``, conversations read by :mod:`.sharegpt`):
   said, as the synthetic sessions' frozen answers do. ``history = "live"`` feeds the
   model's own answers back instead (counts then follow the real answers).
 - **Apart across runs.** The first message starts with the run's marker
-  (:func:`~.sessions.marker`: five words from the run salt and the session id): the
+  (:func:`~.requests.marker`: five words from the run salt and the session id): the
   system prompt when there is one (the same for every conversation with the same
   system text, so those share it within a run), else the first question. Runs with
   different salts share no KV block; everything after the marker is the dataset's text.

@@ -26,7 +26,7 @@ over the N one-token words (3000 for cl100k). Within a run the head is injective
 ids below N³, so blocks with different ids differ by their third token at the latest,
 and at their first token unless the ids are congruent modulo N. Across runs the salt
 moves every head, so the first block (and with it every prefix) differs between runs,
-as the session markers make them differ today (:func:`.sessions.marker`); the rest of
+as the session markers make them differ today (:func:`.requests.marker`); the rest of
 a block depends only on the scenario seed and the hash id, so runs with different
 salts stay comparable.
 

@@ -116,7 +116,12 @@ def _assert_same(name: str, got: pl.DataFrame, *, rounding: float = 0.0) -> None
         if rounding and want[column].dtype == pl.Float64:
             near = (got[column] - want[column]).abs() <= rounding
             diff = diff & ~near.fill_null(False)
-        assert not diff.any(), (name, column, got.filter(diff).head(3), want.filter(diff).head(3))
+        if diff.any():
+            shown = ["block", "session_id", "turn", pl.col(column).cast(pl.String)]
+            raise AssertionError(
+                f"{name}: {column} differs in {diff.sum()} records\n"
+                f"{got.filter(diff).select(shown).head(5)}\n{want.filter(diff).select(shown).head(5)}"
+            )
 
 
 @pytest.mark.slow
