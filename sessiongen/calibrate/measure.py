@@ -130,7 +130,7 @@ def _monitor() -> LagMonitor:
     return LagMonitor(interval_s=0.001, threshold_s=STALL_S, warn=False)
 
 
-def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, Any]:
+def _breakdown(results: Sequence[Result], lag: LagMonitor) -> dict[str, float | None]:
     """Added TTFT, upstream and downstream percentiles (ms) of measured requests."""
     added: list[float] = []
     clean: list[float] = []  # requests no stall of waiting for a CPU reached into
@@ -184,7 +184,7 @@ async def measure_burst(
     rounds: int = 3,
     delay_s: float = 0.05,
     injected_delay_s: float = 0.0,
-) -> dict[str, Any]:
+) -> dict[str, float | None]:
     """``rounds`` waves of ``concurrency`` requests released at the same instant."""
     body = request_body(body_bytes)
     headers = {DELAY_HEADER: str(delay_s), CHUNKS_HEADER: "4"}
@@ -214,7 +214,7 @@ async def measure_steady(
     chunks: int = 20,
     interval_s: float = 0.01,
     injected_delay_s: float = 0.0,
-) -> dict[str, Any]:
+) -> dict[str, float | None]:
     """``concurrency`` closed-loop streams, started spread over one request cycle.
 
     Each stream sends its next request as soon as the previous one ends (its first
@@ -298,7 +298,7 @@ async def calibrate_at(
     injected_delay_s: float = 0.0,
     rate_streams: int = 32,
     rate_chunks: int = 1500,
-) -> dict[str, Any]:
+) -> dict[str, float | str | None]:
     """:func:`calibrate` against a reference server already running at ``url``."""
     steady = await measure_steady(
         url,
@@ -319,7 +319,7 @@ async def calibrate_at(
         injected_delay_s=injected_delay_s,
     )
     rate = await measure_stream_rate(url, streams=rate_streams, chunks=rate_chunks)
-    out: dict[str, Any] = {
+    out: dict[str, float | str | None] = {
         "method": "reference server in its own process; added TTFT = client TTFT minus the "
         "server's own time from the last body byte's kernel receive time to its write of "
         "the first chunk; steady: closed-loop streams spread over a request cycle",
@@ -338,7 +338,7 @@ async def calibrate_at(
     return out
 
 
-def calibrate(concurrency: int, body_bytes: int, **kwargs: Any) -> dict[str, Any]:
+def calibrate(concurrency: int, body_bytes: int, **kwargs: Any) -> dict[str, float | str | None]:
     """Measure the driver's own overhead at a scenario's load; figures for the manifest.
 
     Starts the reference server, runs the steady-state, burst and stream-rate
