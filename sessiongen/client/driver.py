@@ -29,9 +29,8 @@ small requests nobody times (``/metrics``, health checks).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
 
 import aiohttp
 import orjson
@@ -206,6 +205,6 @@ class Client:
         await self.close()
 
 
-def serialize(body: dict[str, Any]) -> bytes:
+def serialize(body: Mapping[str, object]) -> bytes:
     """Request body bytes (orjson: several times faster than json for 1 MB bodies)."""
     return orjson.dumps(body)

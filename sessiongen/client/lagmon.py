@@ -28,7 +28,6 @@ import bisect
 import logging
 import os
 import time
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ class LagMonitor:
         overlap = self.overlap_ns(send_ns, first_ns)
         return bool(overlap) and overlap > LAG_SHARE * max(1, first_ns - send_ns)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, float]:
         """Figures for the manifest (milliseconds)."""
         return {
             "interval_ms": self.interval_ns / 1e6,
