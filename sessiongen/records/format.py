@@ -368,14 +368,14 @@ class BlockEntry(TypedDict):
     ended_at: NotRequired[str]
     errors: NotRequired[int]
     error: NotRequired[str]
-    workers: NotRequired[list[dict[str, Any]]]
+    workers: NotRequired[list[dict[str, float]]]  # each worker's loop lag (LagMonitor)
     # What the target says of the block (BlockFacts):
     restarted: NotRequired[bool]
     pid: NotRequired[int | None]
     stop: NotRequired[dict[str, str]]
     dead_replicas: NotRequired[list[int]]
     lmcache_alive: NotRequired[bool]
-    router: NotRequired[dict[str, Any]]
+    router: NotRequired[dict[str, object]]
     modeled_s: NotRequired[float]  # plan runs: the block's length on the virtual clock
     startup_s: NotRequired[float | None]
     reset: NotRequired[ResetFacts]
@@ -396,7 +396,7 @@ class BlockFacts(TypedDict, total=False):
     dead_replicas: list[int]
     lmcache_alive: bool
     status: str
-    router: dict[str, Any]  # the router started for the block: policy, process, outcome
+    router: dict[str, object]  # the router started for the block: policy, process, outcome
     startup_s: float | None  # seconds its freshly started replicas took to become ready
     reset: ResetFacts  # caches emptied instead of a restart: how, and the cold probe
     kept: bool  # its replicas were left running for the next block (of the same arm)
@@ -452,7 +452,7 @@ class Manifest(TypedDict):
     run_id: str
     scenario_name: str
     scenario_source: str
-    scenario: dict[str, Any]
+    scenario: dict[str, object]  # Scenario.to_dict: the scenario as resolved
     scenario_digest: str
     seed: int
     salt: str
@@ -466,8 +466,8 @@ class Manifest(TypedDict):
     started_at: str
     ended_at: str | None
     complete: bool
-    loop_lag: NotRequired[dict[str, Any]]
-    calibration: NotRequired[dict[str, Any]]
+    loop_lag: NotRequired[dict[str, float]]  # LagMonitor.summary
+    calibration: NotRequired[dict[str, float | str | None]]  # calibrate's figures
     merged_from: NotRequired[list[MergedRun]]  # sessiongen merge: the runs combined
 
 
