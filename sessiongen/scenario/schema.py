@@ -237,7 +237,7 @@ def _build_dataclass(cls: type[T], raw: Mapping[str, Any], path: str) -> T:
             where = f"{path}.{key}" if path else key
             known = ", ".join(sorted(k for k in fields if path or k not in _HIDDEN_KEYS))
             raise _Fail(where, f"unknown key (known keys here: {known})")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for name, f in fields.items():
         where = f"{path}.{name}" if path else name
         if name not in raw:
@@ -303,7 +303,7 @@ def parse_override(text: str, source: str = "--set") -> tuple[list[str], Any]:
     return key.split("."), parsed
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(raw: dict[str, object], overrides: list[str]) -> dict[str, object]:
     """Return a deep copy of ``raw`` with each ``dotted.key=value`` override set."""
     out = copy.deepcopy(raw)
     for text in overrides:

@@ -48,10 +48,10 @@ TABLES = {"trace": "trace", "sharegpt": "sharegpt"}
 _NAMES = {"synthetic": "synthetic", "trace": "trace", "sharegpt": "sharegpt"}
 
 
-def _defaults(value: Any) -> dict[str, Any]:
+def _defaults(value: Any) -> dict[str, object]:
     """The field defaults of dataclass ``value`` (read from the fields, not by building
     one: building a default ``[sessions]`` would run this check again)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for f in dataclasses.fields(value):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import orjson
 
@@ -461,9 +461,9 @@ class Scenario:
     target: TargetSpec = field(default_factory=TargetSpec)
     source: str = spec("<memory>", doc="file the scenario came from (set by the loader)")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The resolved scenario as plain data (for manifests and hashing)."""
-        data: dict[str, Any] = schema.to_plain(self)
+        data: dict[str, object] = schema.to_plain(self)
         data.pop("source", None)
         return data
 
@@ -482,10 +482,11 @@ class Scenario:
         defaults = Scenario(name=self.name).to_dict()
         for path in LATER_FIELDS:
             section, _, name = path.partition(".")
-            if name:
-                if data[section].get(name) == defaults[section].get(name):
-                    data[section].pop(name, None)
-            elif data.get(section) == defaults.get(section):
+            table, default = data[section], defaults[section]
+            if isinstance(table, dict) and isinstance(default, dict) and name:
+                if table.get(name) == default.get(name):
+                    table.pop(name, None)
+            elif not name and table == default:
                 data.pop(section, None)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
@@ -503,7 +504,7 @@ LATER_FIELDS = (
 
 
 def from_dict(
-    raw: dict[str, Any], source: str = "<memory>", overrides: Sequence[str] = ()
+    raw: dict[str, object], source: str = "<memory>", overrides: Sequence[str] = ()
 ) -> Scenario:
     """Validate plain data (plus ``dotted.key=value`` overrides) into a :class:`Scenario`."""
     data = schema.apply_overrides(raw, list(overrides))
@@ -541,7 +542,7 @@ def builtin_profile(name: str, source: str) -> Path:
     return path
 
 
-def _merge_profile_file(data: dict[str, Any], source: str) -> None:
+def _merge_profile_file(data: dict[str, object], source: str) -> None:
     """``target.sim.profile = "FILE.toml"``: the file's parameters, under explicit keys.
 
     A profile file (``sessiongen fit`` writes one) holds a ``[target.sim]`` table or flat
