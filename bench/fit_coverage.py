@@ -16,7 +16,9 @@
    scale (wall clock: a minute at scale 1), fitted; each parameter's interval against
    the truth, and the fit's warnings (the measurement error at small scales).
 
-Prints only; fixed seeds, so parts 1 and 2 give the same figures on every machine.
+Prints only; fixed seeds, so parts 1 and 2 give the same figures on every machine. Run
+with the defaults (or with ``--reps 3`` alone), it writes part 1's coverage to
+``docs/data/fit_coverage.json`` (``fit_coverage_reps3.json``), which the fit guide quotes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _docs import record
 
 from sessiongen import scenario
 from sessiongen.capacity import fit
@@ -48,7 +52,8 @@ PROFILE = SimProfile(
 PROBE = ROOT / "scenarios" / "fitprobe.toml"
 
 
-def synthetic(args: argparse.Namespace) -> None:
+def synthetic(args: argparse.Namespace) -> dict[str, float]:
+    """Part 1, printed; returns each parameter's coverage (``coverage.NAME``) and their range."""
     print(f"1. synthetic: {args.seeds} seeds, noise {args.noise:.0%}, {args.reps} sessions "
           f"per size, {args.resamples} resamples")  # fmt: skip
     stats: dict[str, dict[str, list[float]]] = {}
@@ -81,6 +86,16 @@ def synthetic(args: argparse.Namespace) -> None:
         )
     print("(mean err: relative, or absolute seconds where the truth is 0; width: of the "
           f"interval over the truth, median) ({time.perf_counter() - started:.0f} s)")  # fmt: skip
+    cover = {
+        f"coverage.{k}": sum(v["cover"]) / len(v["cover"]) for k, v in stats.items() if v["cover"]
+    }
+    return cover | {
+        "coverage.low": min(cover.values()),
+        "coverage.high": max(cover.values()),
+        "noise": args.noise,
+        "seeds": args.seeds,
+        "reps": args.reps,
+    }
 
 
 def virtual(resamples: int) -> None:
@@ -121,9 +136,12 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--served", type=float, nargs="*", default=[])
     args = parser.parse_args()
-    synthetic(args)
+    figures = synthetic(args)
     virtual(args.resamples)
     served(args.served, args.resamples)
+    names = {6: "fit_coverage", 3: "fit_coverage_reps3"}  # the runs the fit guide quotes
+    documented = parser.parse_args(["--reps", str(args.reps if args.reps in names else 6)])
+    record(names.get(args.reps, "fit_coverage"), figures, args=args, documented=documented)
 
 
 if __name__ == "__main__":
