@@ -12,7 +12,8 @@ modeled arrival (sessiongen.replay.modeled), so they should agree with each othe
 with the planner however busy the machine is; before they did, the wall clock's
 order of nearly simultaneous arrivals made two replays differ by up to 332% per turn.
 
-Prints, asserts nothing.
+Prints, asserts nothing. Run without arguments, it writes the worst differences and the
+load average to ``docs/data/plan_agreement.json``, which the planning guide quotes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+from _docs import record
 
 from sessiongen import scenario
 from sessiongen.capacity.agreement import CELL, per_turn
@@ -46,6 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     overrides = args.overrides if args.overrides is not None else PRESSURE
     sc = scenario.load(args.scenario, overrides)
+    load = os.getloadavg()[0]
     print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -61,10 +64,14 @@ def main() -> None:
     table = first.join(between, on=CELL).sort(CELL)
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200, float_precision=3):
         print(table)
+    figures = {"load": load}
     for name in ("difference", "replays"):
         worst = table[name].abs().quantile(1.0)
         print(f"worst |{name}|: {worst:.1%}" if worst is not None else f"{name}: none")
+        if worst is not None:
+            figures[f"{'planner' if name == 'difference' else 'served'}.worst"] = worst
     print(f"load average after: {os.getloadavg()}")
+    record("plan_agreement", figures, args=args, documented=parser.parse_args([]))
 
 
 if __name__ == "__main__":
