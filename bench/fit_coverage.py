@@ -86,12 +86,12 @@ def synthetic(args: argparse.Namespace) -> dict[str, float]:
         )
     print("(mean err: relative, or absolute seconds where the truth is 0; width: of the "
           f"interval over the truth, median) ({time.perf_counter() - started:.0f} s)")  # fmt: skip
-    cover = {
+    held = {
         f"coverage.{k}": sum(v["cover"]) / len(v["cover"]) for k, v in stats.items() if v["cover"]
     }
-    return cover | {
-        "coverage.low": min(cover.values()),
-        "coverage.high": max(cover.values()),
+    return held | {
+        "coverage.low": min(held.values()),
+        "coverage.high": max(held.values()),
         "noise": args.noise,
         "seeds": args.seeds,
         "reps": args.reps,
