@@ -138,7 +138,7 @@ def test_the_demo_scenario_states_its_error_as_recorded() -> None:
     comments = " ".join(comments.split())
     demo, before = FIGURES.load("demo"), FIGURES.load("demo-before")
     assert scenario.load(path).target.sim.time_scale == demo["figures"]["time_scale"]
-    for data in (demo, before):
+    for data in (demo, before, FIGURES.load("demo-busy")):
         assert error_phrase(data) in comments, f"alt128k.toml should say: {error_phrase(data)}"
 
 
