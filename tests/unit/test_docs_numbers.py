@@ -195,6 +195,11 @@ def hand_typed(text: str, allowed: tuple[str, ...] = ()) -> list[tuple[int, str]
     return found
 
 
+def flat(page: str) -> str:
+    """A page's text with every run of white space one blank (phrases wrap anywhere)."""
+    return " ".join((DOCS / page).read_text(encoding="utf-8").split())
+
+
 def pages() -> list[Path]:
     """The hand-written pages (the Reference pages generated from the code aside)."""
     return [
@@ -271,7 +276,7 @@ def test_the_shipped_model_error_and_the_decision_figures_are_one_run() -> None:
 def test_the_fit_guide_states_the_loaded_candidates_as_the_code_has_them() -> None:
     from sessiongen.capacity.loaded import BATCH_MULTIPLES, FINE
 
-    text = " ".join((DOCS / "guides" / "fit.md").read_text(encoding="utf-8").split())
+    text = flat("guides/fit.md")
     grid = (
         f"{len(BATCH_MULTIPLES)} batching costs, {BATCH_MULTIPLES[0]:g} to "
         f"{BATCH_MULTIPLES[-1]:g}x the fitted `itl_base_s`, then {FINE} finer values"
@@ -289,7 +294,7 @@ def test_the_plan_guide_states_the_pays_at_default_as_the_cli_has_it() -> None:
 
     plan = cli.commands["plan"]
     default = next(p.default for p in plan.params if "--pays-at" in p.opts)
-    text = " ".join((DOCS / "guides" / "plan-fleet.md").read_text(encoding="utf-8").split())
+    text = flat("guides/plan-fleet.md")
     assert f"(default {default:g})" in text, default
 
 
@@ -312,7 +317,7 @@ def test_the_nightly_guide_states_the_expanded_intervals_as_computed() -> None:
 
     four, eight = expanded_conf(0.95, 4), expanded_conf(0.95, 8)
     ratio = norm.ppf(0.5 + four / 2) / norm.ppf(0.975)
-    text = " ".join((DOCS / "guides" / "nightly.md").read_text(encoding="utf-8").split())
+    text = flat("guides/nightly.md")
     phrase = f"({four:.2%} wide at 4 sessions, {eight:.1%} at 8)"
     assert phrase in text and f"sigma {ratio:.1f}x too large" in text, (phrase, ratio)
 
@@ -321,7 +326,7 @@ def test_the_load_page_states_its_arithmetic_and_settings_as_computed() -> None:
     """The maximum of 8 samples covers the true p90 with probability 1 - 0.9^8; load128k's
     levels are the scenario's own."""
     levels = tomllib.loads((ROOT / "scenarios" / "load128k.toml").read_text())["load"]["levels"]
-    text = " ".join((DOCS / "concepts" / "load.md").read_text(encoding="utf-8").split())
+    text = flat("concepts/load.md")
     assert f"the true p90 {1 - 0.9**8:.0%} of the time" in text
     assert f"at {levels[0]:g}, {levels[1]:g} and {levels[2]:g} new sessions" in text, levels
 
@@ -330,7 +335,7 @@ def test_the_statistics_page_states_its_constants_and_arithmetic_as_the_code_has
     from sessiongen.calibrate.verdict import LEVELS
     from sessiongen.client.lagmon import STALL_S
 
-    text = " ".join((DOCS / "concepts" / "statistics.md").read_text(encoding="utf-8").split())
+    text = flat("concepts/statistics.md")
     assert f"more than {STALL_S * 1000:g} ms late" in text, STALL_S
     assert f"under {LEVELS[0]:.0%} (and {LEVELS[1]:.0%}) of it" in text, LEVELS
     assert f"(0.9^35 = {0.9**35:.3f})" in text  # no 95% upper bound on a p90 below 35
@@ -339,7 +344,7 @@ def test_the_statistics_page_states_its_constants_and_arithmetic_as_the_code_has
 def test_the_correctness_page_states_the_tests_examples_as_computed() -> None:
     from sessiongen.analysis.stats import rate_exceeds
 
-    text = " ".join((DOCS / "concepts" / "correctness.md").read_text(encoding="utf-8").split())
+    text = flat("concepts/correctness.md")
     examples = (
         f"3 of 50 pool-served answers against 0 of 130 (p = {rate_exceeds(3, 50, 0, 130):.3f}; "
         f"2 of 50 is p = {rate_exceeds(2, 50, 0, 130):.3f}), or 3 of 50 against 1 of 130 "
@@ -360,5 +365,5 @@ def test_the_replicas_guide_states_the_profiles_worst_cell_as_computed() -> None
     worst = max(
         abs(modeled / study - 1) for row in table.values() for modeled, study in row.values()
     )
-    text = " ".join((DOCS / "guides" / "study-replicas.md").read_text(encoding="utf-8").split())
+    text = flat("guides/study-replicas.md")
     assert f"within {math.ceil(100 * worst)}%" in text, worst
