@@ -28,7 +28,7 @@ their second hop is the one cross-replica request every block has.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import polars as pl
 
@@ -53,6 +53,20 @@ ARM_CHECK_SCHEMA: dict[str, pl.DataType] = {
     "status": pl.String(),
     "evidence": pl.String(),
 }
+
+
+class BlockCounts(TypedDict):
+    """What one block's requests and counters show of its cache arm (before judging)."""
+
+    block: int
+    placement: str
+    cache: str
+    cross_requests: int
+    cross_attributed: int
+    attributed: int
+    external_hit_tokens: int
+    block_external_hits: int | None  # the replicas' counters over the block, where read
+    replicas_say: str | None  # on | off | mixed, where the replicas said
 
 
 def pool_chunk_tokens(run: Run) -> int | None:
@@ -103,7 +117,7 @@ def _tokens(n: int) -> str:
     return f"{n:,} external hit token{'s' if n != 1 else ''}"
 
 
-def _judge(row: dict[str, Any], min_tokens: int) -> tuple[str, str]:
+def _judge(row: BlockCounts, min_tokens: int) -> tuple[str, str]:
     """(status, evidence) of one block (module doc)."""
     cache, hits, block_hits = row["cache"], row["external_hit_tokens"], row["block_external_hits"]
     said = row["replicas_say"]
@@ -164,13 +178,13 @@ def arm_check(run: Run) -> pl.DataFrame:
     )
     by_block = {int(r["block"]): r for r in per_block.iter_rows(named=True)}
     pool = {int(b): int(v) for b, v in block_pool_hits(run).iter_rows()}
-    out = []
+    out: list[dict[str, object]] = []
     for block, entry in sorted(entries.items()):
         counts = by_block.get(block)
         if counts is None and block not in pool:
             continue  # nothing ran (a block that failed to start)
         counts = counts or {}
-        row = {
+        row: BlockCounts = {
             "block": block,
             "placement": str(entry.get("placement")),
             "cache": str(entry["cache"]),
@@ -181,8 +195,8 @@ def arm_check(run: Run) -> pl.DataFrame:
             "block_external_hits": pool.get(block),
             "replicas_say": replicas_say(entry),
         }
-        row["status"], row["evidence"] = _judge(row, min_tokens)
-        out.append({k: row[k] for k in ARM_CHECK_SCHEMA})
+        status, evidence = _judge(row, min_tokens)
+        out.append({**row, "status": status, "evidence": evidence})  # the schema's columns
     return pl.DataFrame(out, schema=ARM_CHECK_SCHEMA)
 
 

@@ -263,7 +263,7 @@ def _with_failures(run: Run) -> pl.DataFrame:
 class _CellData:
     """One cell's requests in every run of both sides, resampled once."""
 
-    key: dict[str, Any]
+    key: dict[str, object]
     subs_a: tuple[pl.DataFrame, ...]
     subs_b: tuple[pl.DataFrame, ...]
     units: list[Any] | None  # the sessions, when every run holds the same ones
@@ -291,7 +291,10 @@ def _units(subs: Sequence[pl.DataFrame]) -> list[Any] | None:
 
 
 def _resampled(
-    key: dict[str, Any], a: tuple[pl.DataFrame, ...], b: tuple[pl.DataFrame, ...], boot: Bootstrap
+    key: dict[str, object],
+    a: tuple[pl.DataFrame, ...],
+    b: tuple[pl.DataFrame, ...],
+    boot: Bootstrap,
 ) -> _CellData:
     subs = (*a, *b)
     units = _units(subs)
@@ -510,7 +513,7 @@ def run_failure_p(cells: Sequence[_CellData]) -> float:
 
 def _cell_rows(
     cells: Sequence[_CellData], noise: RunNoise, threshold: float, alpha: float, margin: float
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """One decided row per cell held by both sides; Holm over the cells that can decide,
     with the run-wide failure test as one more member of the "slower" family."""
     tests = [_latency_test(c, noise) for c in cells]
@@ -561,7 +564,7 @@ def _fails_more(cell: _CellData) -> bool:
     return share(cell.subs_b) > share(cell.subs_a)
 
 
-def _sizes(cell: _CellData) -> dict[str, Any]:
+def _sizes(cell: _CellData) -> dict[str, object]:
     def count(subs: Sequence[pl.DataFrame], failed: bool) -> int:
         return int(sum((s["_failed"].sum() if failed else s.height) for s in subs))
 
@@ -739,10 +742,10 @@ def _arms_note(side_a: Sequence[Run], side_b: Sequence[Run]) -> tuple[str, ...]:
 
 
 def _missing_row(
-    key: dict[str, Any],
+    key: dict[str, object],
     subs_a: Sequence[pl.DataFrame | None],
     subs_b: Sequence[pl.DataFrame | None],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     def n(subs: Sequence[pl.DataFrame | None]) -> int:
         return sum(s.height for s in subs if s is not None)
 

@@ -114,14 +114,15 @@ def _effects(speedups: pl.DataFrame) -> dict[tuple[Any, ...], float]:
 
 
 def _turn_rows(
-    key: dict[str, Any],
+    key: dict[str, object],
     pairs: pl.DataFrame,
     arm: stats.Interval,
     effects: dict[tuple[Any, ...], float],
     min_drift: float,
     checked: bool,
-) -> list[dict[str, Any]]:
-    """One row per turn of one arm."""
+    min_units: int,
+) -> list[dict[str, object]]:
+    """One row per turn of one arm (with its :func:`_status`)."""
     significant = checked and arm.excludes(1.0) and abs(arm.estimate - 1.0) > min_drift
     rows = []
     for turn_key, turn in partition(pairs.sort("turn"), ["turn"]):
@@ -142,6 +143,7 @@ def _turn_rows(
                 "significant": significant,
                 "exceeds_effect": exceeds,
                 "flagged": flagged,
+                "status": _status(checked, significant, flagged, min_units),
             }
         )
     return rows
@@ -173,9 +175,8 @@ def block_drift(
     for key, pairs, first, last in arms:
         ok = pairs["session_index"].n_unique() >= min_units
         arm = _arm_interval(pairs, conf) if ok else stats.Interval(np.nan, np.nan, np.nan, 0)
-        for row in _turn_rows(key, pairs, arm, effects, min_drift, ok):
-            status = _status(ok, row["significant"], row["flagged"], min_units)
-            rows.append({**key, **row, "first_block": first, "last_block": last, "status": status})
+        for row in _turn_rows(key, pairs, arm, effects, min_drift, ok, min_units):
+            rows.append({**key, **row, "first_block": first, "last_block": last})
     return frame_from_rows(rows, GROUP, run.requests, DRIFT_VALUES).sort([*GROUP, "turn"])
 
 

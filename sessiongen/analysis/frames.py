@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ def finite_or_none(value: float | None) -> float | None:
 
 def partition(
     frame: pl.DataFrame, keys: Sequence[str]
-) -> list[tuple[dict[str, Any], pl.DataFrame]]:
+) -> list[tuple[dict[str, object], pl.DataFrame]]:
     """The frame split by ``keys``: (key values by name, sub-frame) in first-seen order."""
     if frame.is_empty():
         return []
@@ -34,7 +34,7 @@ def partition(
 
 
 def frame_from_rows(
-    rows: list[dict[str, Any]],
+    rows: Sequence[Mapping[str, object]],
     keys: Sequence[str],
     source: pl.DataFrame,
     values: dict[str, pl.DataType],
@@ -83,7 +83,9 @@ def clusters(frame: pl.DataFrame, column: str = "ttft_s") -> npt.NDArray[np.floa
     return sample(frame, column) if units is None else unit_matrix(frame, units, column)
 
 
-def rows_frame(rows: Sequence[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def rows_frame(
+    rows: Sequence[Mapping[str, object]], schema: dict[str, pl.DataType]
+) -> pl.DataFrame:
     """Rows as a frame with exactly ``schema``'s columns (missing values become null)."""
-    cols: dict[str, list[Any]] = {name: [row.get(name) for row in rows] for name in schema}
+    cols: dict[str, list[object]] = {name: [row.get(name) for row in rows] for name in schema}
     return pl.DataFrame(cols, schema=schema)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -177,9 +176,9 @@ def _speedup_rows(
     boot: Bootstrap,
     tag: str,
     column: str,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Per group of ``keys``: median ``column`` OFF and ON and their ratio with a CI."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for key, sub in partition(frame, keys):
         off = sub.filter(pl.col("cache") == "off")
         on = sub.filter(pl.col("cache") == "on")

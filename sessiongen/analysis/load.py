@@ -52,8 +52,6 @@ concurrency of a closed loop or the session start rate of an open loop):
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
@@ -112,31 +110,33 @@ def _median(values: pl.Series) -> float:
 def load_table(run: Run, ttft_s: float | None, attainment: float = 0.9) -> pl.DataFrame:
     """Per arm and level: samples, p50 and p90 (early stopping), throughput, goodput,
     whether it is stable (its TTFT does not grow over the run)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     turns = _open_loop_turns(run)
     for key, sub in partition(_with_level(run), LEVEL_KEYS):
         ok = sub.filter((pl.col("status") == "ok") & pl.col("ttft_s").is_not_null())
         ttft = ok["ttft_s"].to_numpy().astype(np.float64)
         p90 = clustered_tail(ttft, ok["session_id"].fill_null("").to_numpy(), 0.9)
-        row: dict[str, Any] = {
-            **key,
-            "turns": sub.height,
-            "errors": int((sub["status"] != "ok").sum()),
-            "p50_ttft_s": float(np.median(ttft)) if ttft.size else None,
-            "p90_ttft_s": p90.bound,
-            "p90_note": p90.text(),
-            "p90_effective_n": p90.n_effective,
-            "median_queue_s": ok["queue_s"].median(),
-            "throughput_turns_s": _throughput(sub),
-        }
         growth = ttft_growth(ok)
-        offered = None if turns is None else float(key["load_level"]) * turns
-        served = row["throughput_turns_s"]
+        served = _throughput(sub)
+        offered = None if turns is None else float(sub["load_level"][0]) * turns
         short = offered is not None and served is not None and served < MIN_SERVED_SHARE * offered
-        row["ttft_growth"], row["offered_turns_s"] = growth, offered
-        row["stable"] = (growth is None or growth <= MAX_GROWTH) and not short
-        row.update(_goodput(sub, ttft_s, attainment))
-        rows.append(row)
+        rows.append(
+            {
+                **key,
+                "turns": sub.height,
+                "errors": int((sub["status"] != "ok").sum()),
+                "p50_ttft_s": float(np.median(ttft)) if ttft.size else None,
+                "p90_ttft_s": p90.bound,
+                "p90_note": p90.text(),
+                "p90_effective_n": p90.n_effective,
+                "median_queue_s": ok["queue_s"].median(),
+                "throughput_turns_s": served,
+                "ttft_growth": growth,
+                "offered_turns_s": offered,
+                "stable": (growth is None or growth <= MAX_GROWTH) and not short,
+                **_goodput(sub, ttft_s, attainment),
+            }
+        )
     return pl.DataFrame(rows, schema_overrides=_LOAD_SCHEMA, infer_schema_length=None)
 
 
@@ -178,7 +178,7 @@ def _open_loop_turns(run: Run) -> int | None:
     return turns if isinstance(turns, int) and turns > 0 else None
 
 
-def _goodput(sub: pl.DataFrame, ttft_s: float | None, attainment: float) -> dict[str, Any]:
+def _goodput(sub: pl.DataFrame, ttft_s: float | None, attainment: float) -> dict[str, float | None]:
     """Good turns and sessions against the objective (a failed turn is never good).
 
     The interval of ``good_turns`` takes sessions as units (``good_units`` of them): a
@@ -356,7 +356,7 @@ def in_flight_table(run: Run, *, wide: bool = False) -> pl.DataFrame:
         )
         .filter(pl.col("send_s").is_not_null() & pl.col("_end").is_not_null())
     )
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for key, sub in partition(rows, list(LEVEL_KEYS)):
         flight: list[Floats] = []
         waiting: list[Floats] = []

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Literal
 
 import polars as pl
 
@@ -256,7 +256,7 @@ def _goodput(ok: pl.DataFrame, target: float) -> pl.DataFrame:
     per = ok.group_by([*ARM, "cache", "session_index"]).agg(
         (pl.col("ttft_s") <= target).sum().alias("good"), pl.len().alias("turns")
     )
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    rows: dict[tuple[object, ...], dict[str, object]] = {}
     for key, sub in per.group_by([*ARM, "cache"]):
         share = clustered_share(sub["good"].to_numpy(), sub["turns"].to_numpy())
         row = rows.setdefault(key[:-1], dict(zip(ARM, key[:-1], strict=True)))

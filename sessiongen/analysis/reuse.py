@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
@@ -160,7 +159,7 @@ def arm_reuse(rows: pl.DataFrame) -> pl.DataFrame:
         _pool=pl.col("external_hit_tokens").fill_null(0),
     ).with_columns(_beyond=(pl.col("_infinite") - pl.col("_local")).clip(lower_bound=0))
     tokens = tokens.with_columns(_recovered=pl.min_horizontal("_pool", "_beyond"))
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for key, sub in partition(tokens, _ARM):
         per = sub.group_by("session_id").agg(pl.col("_recovered").sum(), pl.col("_beyond").sum())
         units = per.filter(pl.col("_beyond") > 0)
@@ -321,7 +320,7 @@ def working_set(
     rows = _measured(requests).join(
         lines.select("trace_line", "hash_ids"), on="trace_line", how="inner"
     )
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for key, sub in partition(rows.sort("block", "send_s"), ["block", "placement", "cache"]):
         start = float(sub["send_s"][0])
         times = [float(t) - start for t in sub["send_s"].to_list()]
@@ -334,7 +333,7 @@ def working_set(
     return pl.DataFrame(out, schema_overrides=schema, infer_schema_length=None)
 
 
-def _sliding(sub: pl.DataFrame, times: list[float], window: float) -> list[dict[str, Any]]:
+def _sliding(sub: pl.DataFrame, times: list[float], window: float) -> list[dict[str, float | None]]:
     """The sliding-window distinct counts of one run block (reference counts per block id)."""
     ids: list[list[int]] = sub["hash_ids"].to_list()
     replicas: list[int | None] = sub["replica"].to_list()
@@ -342,7 +341,7 @@ def _sliding(sub: pl.DataFrame, times: list[float], window: float) -> list[dict[
     everywhere: dict[int, int] = {}
     per: dict[int | None, dict[int, int]] = {}
     first = 0
-    out = []
+    out: list[dict[str, float | None]] = []
     for i, t in enumerate(times):
         for h in ids[i]:
             everywhere[h] = everywhere.get(h, 0) + 1

@@ -67,7 +67,7 @@ import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -359,6 +359,15 @@ def decide_ratio(low: float, high: float, threshold: float) -> Decision:
     return "inconclusive"
 
 
+class BootOptions(TypedDict):
+    """The keyword arguments :meth:`Bootstrap.options` gives the bootstrap functions."""
+
+    conf: float
+    n_resamples: int
+    seed: SeedLike
+    expand: bool
+
+
 @dataclass(frozen=True)
 class Bootstrap:
     """How intervals are computed: confidence level, resamples, base seed, expansion.
@@ -372,7 +381,7 @@ class Bootstrap:
     seed: int = 0
     expand: bool = True
 
-    def options(self, seed: SeedLike) -> dict[str, Any]:
+    def options(self, seed: SeedLike) -> BootOptions:
         """Keyword arguments of :func:`bootstrap_quantile` and :func:`bootstrap_ratio`."""
         return {
             "conf": self.conf,

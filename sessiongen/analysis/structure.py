@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sessiongen.records.format import RunMeta
 
@@ -62,10 +61,10 @@ _FLAGS = {
 }
 
 
-def engines(meta: RunMeta) -> list[dict[str, Any]]:
+def engines(meta: RunMeta) -> list[Mapping[str, object]]:
     """Every replica's engine facts the manifest holds (managed blocks, endpoints)."""
     target = meta.target
-    out: list[dict[str, Any]] = []
+    out: list[Mapping[str, object]] = []
     for block in target.get("blocks") or []:
         out += [e for e in block.get("engine") or [] if isinstance(e, dict)]
     for server in target.get("servers") or []:
@@ -103,7 +102,7 @@ def structure(meta: RunMeta, *, kv_bytes_per_token: int | None = None) -> dict[s
     # Where replicas differ (they should not), the smallest is what a request can count on.
     told = engines(meta)
     for key, fact in _ENGINE_KEYS.items():
-        values = [int(e[fact]) for e in told if isinstance(e.get(fact), int)]
+        values = [v for e in told if isinstance(v := e.get(fact), int)]
         if values:
             out[key] = min(values)
     flags = _flag_values(spec.get("vllm_args") or ())

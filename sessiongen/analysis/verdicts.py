@@ -11,7 +11,6 @@ trend and ``replay``'s exit status count one and the same thing: cache failures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
@@ -89,6 +88,21 @@ class NoiseBaseline:
 
 
 @dataclass(frozen=True)
+class WorstCase:
+    """The worst compared ON request: where it ran and how its answer differs from OFF's."""
+
+    placement: str
+    context_tokens: int
+    session_id: str
+    turn: int
+    block: int
+    output_digest: str | None
+    off_digests: str | None  # OFF's answers to the prompt: their digests, comma-joined
+    ids_differ: bool
+    logprob_diff: float | None  # first-token logprob, from OFF's mean
+
+
+@dataclass(frozen=True)
 class Equivalence:
     """The equivalence probe of a run, counted against the OFF arm.
 
@@ -124,7 +138,7 @@ class Equivalence:
     on_only: int
     no_reference: int
     distinct_outputs: int
-    worst: dict[str, Any] | None
+    worst: WorstCase | None
     worst_rows: pl.DataFrame
     prompt_table: pl.DataFrame
 
@@ -252,7 +266,7 @@ def _count(frame: pl.DataFrame, predicate: pl.Expr) -> int:
     return int(frame.select(predicate.fill_null(False).sum()).item())
 
 
-def _worst(judged: pl.DataFrame, keyed: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.DataFrame]:
+def _worst(judged: pl.DataFrame, keyed: pl.DataFrame) -> tuple[WorstCase | None, pl.DataFrame]:
     """The worst compared ON request and every request that sent its prompt."""
     compared = judged.filter(pl.col("verdict").is_in([AGREES, DIVERGED]))
     empty = keyed.clear().select(*GROUP_KEYS, *WORST_ROW_COLUMNS)
@@ -265,7 +279,18 @@ def _worst(judged: pl.DataFrame, keyed: pl.DataFrame) -> tuple[dict[str, Any] | 
     rows = keyed.filter(
         pl.col("prompt_key") == worst["prompt_key"], pl.col("output_digest").is_not_null()
     )
-    return worst, rows.select(*GROUP_KEYS, *WORST_ROW_COLUMNS).sort("block", "cache")
+    case = WorstCase(
+        placement=str(worst["placement"]),
+        context_tokens=int(worst["context_tokens"]),
+        session_id=str(worst["session_id"]),
+        turn=int(worst["turn"]),
+        block=int(worst["block"]),
+        output_digest=worst["output_digest"],
+        off_digests=worst["off_digests"],
+        ids_differ=bool(worst["ids_differ"]),
+        logprob_diff=worst["logprob_diff"],
+    )
+    return case, rows.select(*GROUP_KEYS, *WORST_ROW_COLUMNS).sort("block", "cache")
 
 
 def _evidence(rows: pl.DataFrame) -> str:

@@ -158,12 +158,12 @@ def _equivalence_failures(eq: Equivalence, divergences: pl.DataFrame) -> list[El
     if worst is None:  # failures imply a compared request; nothing to show otherwise
         return []
     where = (
-        f"{worst['placement']}, context {worst['context_tokens']}, session "
-        f"{worst['session_id']}, turn {worst['turn']}, block {worst['block']}"
+        f"{worst.placement}, context {worst.context_tokens}, session "
+        f"{worst.session_id}, turn {worst.turn}, block {worst.block}"
     )
     what = (
-        f"answer {worst['output_digest']} where OFF answered {worst['off_digests']}"
-        if worst["ids_differ"]
+        f"answer {worst.output_digest} where OFF answered {worst.off_digests}"
+        if worst.ids_differ
         else "the same token ids as OFF"
     )
     failing = divergences.filter(pl.col("verdict") == DIVERGED)
@@ -185,7 +185,7 @@ def _equivalence_failures(eq: Equivalence, divergences: pl.DataFrame) -> list[El
             warning=True,
         ),
         Paragraph(
-            f"Worst case: {where}: {what}, first-token logprob {_diff(worst['logprob_diff'])} "
+            f"Worst case: {where}: {what}, first-token logprob {_diff(worst.logprob_diff)} "
             "from OFF's. Every request that sent its prompt:",
             warning=True,
         ),

@@ -110,7 +110,7 @@ def test_planted_token_divergence_is_a_cache_failure_with_its_rate(tmp_path: Pat
     assert b.p_value == pytest.approx(0.0298, abs=1e-3) and b.significant
     assert eq.rate == pytest.approx(4 / 32)
     assert eq.max_logprob_diff == pytest.approx(2.5 - 0.125)
-    assert eq.worst is not None and eq.worst["turn"] == 4 and eq.worst["ids_differ"]
+    assert eq.worst is not None and eq.worst.turn == 4 and eq.worst.ids_differ
     assert eq.worst_rows.height == 4  # every block sent the prompt
     assert eq.worst_rows["output_digest"].n_unique() == 2
     summary = analysis.run_summary(run).filter(pl.col("turn") == 4).sort("cache")
@@ -162,7 +162,7 @@ def test_a_logprob_shift_beyond_the_tolerance_fails_with_the_same_tokens(tmp_pat
     assert (eq.divergent, eq.ids_differ, eq.logprob_beyond_tol, eq.rate) == (1, 0, 1, 0.0)
     assert (eq.failures, eq.verdict) == (0, WITHIN_NOISE)  # one of 16 is within the noise
     assert eq.max_logprob_diff == pytest.approx(shift)
-    assert eq.worst is not None and (eq.worst["session_id"], eq.worst["turn"]) == ("32k-001", 2)
+    assert eq.worst is not None and (eq.worst.session_id, eq.worst.turn) == ("32k-001", 2)
     # The same shift on every session's turn 2 in one ON block: 4 of 16 against 0 of 20.
     shifted = _rewrite(
         write_run(tmp_path / "all", SPEC),
