@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -68,7 +67,7 @@ class ManagedTarget:
         self.reuse = not scenario.design.restart_between_blocks
         self._log_dir: Path | None = None
         self._pair: ManagedPair | None = None
-        self._blocks: list[dict[str, Any]] = []
+        self._blocks: list[dict[str, object]] = []  # plain JSON for the manifest
         self._opened: BlockFacts = {}
         self._block_log_dir: Path | None = None
         self._connectors: list[KvConnector] = []  # what the pair's replicas said
@@ -111,7 +110,7 @@ class ManagedTarget:
             opened["startup_s"] = pair.ready_s
         self._opened = opened
         self._fault_from = {path: _size(path) for path in self._fault_logs(pair)}
-        block: dict[str, Any] = {
+        block: dict[str, object] = {
             "cache": cache,
             "log_dir": str(pair.log_dir),
             "processes": pair.processes,

@@ -77,7 +77,7 @@ class RouterFront:
             raise
         return router.url
 
-    async def close(self) -> dict[str, Any] | None:
+    async def close(self) -> dict[str, object] | None:
         """Stop the block's router; what ran and how it stopped (None: no router)."""
         router, self._router = self._router, None
         if router is None:
