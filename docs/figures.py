@@ -10,8 +10,9 @@ run's per-turn speedup plot to ``docs/assets/NAME-speedup.png`` too.
 
 A docs page quotes a figure as ``{{ NAME:KEY:FORMAT }}`` (``{{ demo:alternate.session_gain:.2f }}``)
 and the run's provenance as ``{{ NAME:@source }}``; the mkdocs hook in ``gen_reference.py``
-fills them in, and an unknown name or key fails the build. Bench scripts write their data
-file with ``write`` (``--record NAME``, the figures they print). Figures of a run that cannot
+fills them in, and an unknown name or key fails the build. A bench script run with the
+settings the docs name writes its data file with ``write`` (through ``bench/_docs.py``: the
+figures it prints), and only then. Figures of a run that cannot
 be repeated in a docs build (the real pair, tens of minutes) were copied from the output
 that run printed into a file that says so (``recorded_from``: where, at which commit), until
 the bench's next run replaces it. A default or constant of the code is quoted from the code
