@@ -72,7 +72,7 @@ class BlockFacts:
     block_in_placement: int
     placement: str
     cache: str
-    load_level: float
+    load_level: float | None  # None: a trace (its timestamps are its load)
     routed: bool  # a model of a router placed its turns (else the client's placement)
 
     def columns(self) -> dict[str, object]:

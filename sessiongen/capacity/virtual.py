@@ -35,10 +35,10 @@ from sessiongen.capacity.prompts import EXACT_SESSIONS, Prompts, Tokens, Turn, b
 from sessiongen.capacity.routers import MODELED, RouterModel
 from sessiongen.capacity.rows import BlockFacts, PlannedRecords, PlannedRow
 from sessiongen.design.blocks import BlockPlan, plan_blocks
+from sessiongen.design.load import concurrency
 from sessiongen.errors import ScenarioError
 from sessiongen.experiment.facts import Placed, TurnFacts, warmup_placed
 from sessiongen.experiment.head import block_entry, run_head
-from sessiongen.experiment.load import concurrency
 from sessiongen.experiment.script import BlockScript, Send
 from sessiongen.experiment.warmups import Warmup, warmups
 from sessiongen.experiment.warmups import warmup_tokens as warmup_length

@@ -1,9 +1,11 @@
-"""The blocks of a run (a replay or a plan): which run, in which order, on which cache arm."""
+"""The blocks of a run (a replay or a plan): which run, in which order, on which cache arm
+and load level (:func:`~.load.load_levels`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sessiongen.design.load import load_levels
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
 
@@ -16,12 +18,7 @@ class BlockPlan:
     placement: str
     cache: str  # off | on
     block_in_placement: int  # 0..len(design.blocks)-1 within its placement and level
-    level: float = 1.0  # concurrency (closed loop) or session start rate (open loop)
-
-
-def load_levels(scenario: Scenario) -> tuple[float, ...]:
-    """The load levels a replay sweeps: ``load.levels``, else ``driver.concurrency``."""
-    return scenario.load.levels or (float(scenario.driver.concurrency),)
+    level: float | None = 1.0  # concurrency (closed loop), start rate (open loop), None (trace)
 
 
 def plan_blocks(scenario: Scenario, runnable: list[str]) -> list[BlockPlan]:

@@ -5,8 +5,6 @@ knows neither replay's HTTP nor the planner's engine. Each driver keeps its own 
 and its own way to send: replay's asyncio loop (wall or modeled clock), the planner's
 event heap on the simulator's engine.
 
-- :mod:`.load`: the concurrency rule (closed loop: the level; open loop and traces: the
-  cap on sessions in flight);
 - :mod:`.warmups`: the warm-up requests of a block, a pure function;
 - :mod:`.script`: a block's sessions as a script: slots, start offsets, think times,
   cross-replica marking, queue time, stop on the first failure; events in

@@ -7,8 +7,9 @@ The script owns the experiment's rules; the driver owns time and the wire:
   ``i`` :data:`~sessiongen.design.arrivals.START_STAGGER_S` apart (closed loop), ties in
   the sessions' order; the driver calls :meth:`BlockScript.start_next` when the next one
   is due (:meth:`BlockScript.next_start`);
-- **slots**: a ready session takes one of :func:`~.load.concurrency` slots, or waits in
-  order for one; its first turn's queue time is the wait;
+- **slots**: a ready session takes one of the block's slots
+  (:func:`~sessiongen.design.load.concurrency`), or waits in order for one; its first
+  turn's queue time is the wait;
 - **turns**: each later turn is due its think time (:meth:`Session.pauses
   <sessiongen.workload.sessions.Session.pauses>`) after the previous turn's end; a failed
   turn ends its session (later prompts would build on a missing answer), which frees its

@@ -30,9 +30,10 @@ from pathlib import Path
 from sessiongen.client import counters
 from sessiongen.client.driver import Client
 from sessiongen.client.lagmon import STALL_S, LagMonitor
-from sessiongen.design.blocks import BlockPlan, load_levels, plan_blocks
+from sessiongen.design import load
+from sessiongen.design.blocks import BlockPlan, plan_blocks
+from sessiongen.design.load import load_levels
 from sessiongen.errors import EndpointError, UserError
-from sessiongen.experiment import load
 from sessiongen.experiment.facts import TurnFacts, warmup_placed
 from sessiongen.experiment.head import block_entry, block_order, run_head
 from sessiongen.experiment.warmups import warmup_tokens, warmups

@@ -21,8 +21,8 @@ from typing import Protocol
 from sessiongen.client import counters
 from sessiongen.client.driver import CHAT_PATH, COMPLETIONS_PATH, Client, Result
 from sessiongen.client.lagmon import LagMonitor
+from sessiongen.design import load
 from sessiongen.design.blocks import BlockPlan
-from sessiongen.experiment import load
 from sessiongen.experiment.facts import TurnFacts
 from sessiongen.experiment.script import BlockScript, Send
 from sessiongen.records.format import RequestRecord
@@ -70,7 +70,7 @@ class BlockContext:
 
     @property
     def concurrency(self) -> int:
-        """Sessions in flight at most (:func:`sessiongen.experiment.load.concurrency`)."""
+        """Sessions in flight at most (:func:`sessiongen.design.load.concurrency`)."""
         return load.concurrency(self.scenario, self.plan.level)
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from sessiongen.design.arrivals import think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.requests import Blob, Piece, TurnRequest, marker
+from sessiongen.workload.requests import Blob, Piece, Texts, TurnRequest, marker
 from sessiongen.workload.sharegptsessions import (
     ChatSession,
     chat_sessions,
@@ -60,14 +59,14 @@ class ChatSource:
     def home_key(self, session: SessionKey, turn: int) -> int:
         return session.index
 
-    def starts(self, level: float) -> list[float] | None:
+    def starts(self, level: float | None) -> list[float] | None:
         return scheduled(self.scenario, level, len(self.sessions))
 
     def text_bytes(self) -> int:
         last = [c.turns[-1].prompt_tokens for c in self.sessions]
         return int(4.4 * sum(last)) + 40 * max(last)
 
-    def texts(self, session: SessionKey) -> dict[str, Any]:
+    def texts(self, session: SessionKey) -> Texts:
         """The first message (padded to its size), the questions and the answers."""
         chat = self.sessions[session.index]
         first = first_message(
@@ -89,7 +88,7 @@ class ChatSource:
         self,
         session: SessionKey,
         turn: int,
-        texts: dict[str, Any],
+        texts: Texts,
         answers: Sequence[str] | None,
     ) -> TurnRequest:
         """A dataset turn: the first message, then the answers (frozen: the dataset's;
@@ -123,7 +122,7 @@ class ChatSource:
         )
 
     def _live_tokens(
-        self, session: SessionKey, turn: int, texts: dict[str, Any], given: Sequence[str]
+        self, session: SessionKey, turn: int, texts: Texts, given: Sequence[str]
     ) -> int:
         """A live turn's content tokens: the first turn's, then the real answers' and the
         questions' counts (chat), or the joined prompt's (completions)."""

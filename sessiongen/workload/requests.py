@@ -15,7 +15,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -80,6 +80,20 @@ def _text(piece: Piece) -> str:
 
 def _escaped(piece: Piece) -> bytes:
     return piece.json if isinstance(piece, Blob) else orjson.dumps(piece)[1:-1]
+
+
+class Texts(TypedDict, total=False):
+    """A session's texts, built once and kept while it runs; each source fills its keys
+    (synthetic: system, context, questions, answers, expected; a trace: prompts; a
+    dataset: system, first, questions, answers)."""
+
+    system: Blob | None  # the shared system prompt
+    context: Blob  # the context block the first question follows
+    first: Blob  # a dataset's first message, padded to its size
+    questions: list[str]
+    answers: list[str]  # frozen answers
+    expected: list[str | None]  # needle answers
+    prompts: list[Blob]  # a trace's whole prompt per turn
 
 
 @dataclass(frozen=True)

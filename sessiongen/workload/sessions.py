@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sessiongen.scenario.spec import Scenario
 from sessiongen.text.tokenize import Tokenizer
@@ -20,6 +19,7 @@ from sessiongen.workload.chatsource import ChatSource
 from sessiongen.workload.requests import (
     Blob,
     Piece,
+    Texts,
     TurnRequest,
     marker,
     physical_memory,
@@ -68,7 +68,7 @@ class Session:
     trace: TraceSession | None = None  # a trace scenario's session: its turns and times
     chat: ChatSession | None = None  # a conversation dataset's session: its turns
     n_turns: int = 0
-    _parts: dict[str, Any] = field(default_factory=dict, repr=False)
+    _parts: Texts | None = field(default=None, repr=False)
 
     @property
     def turns(self) -> int:
@@ -83,15 +83,15 @@ class Session:
         (:mod:`sessiongen.design.placement`)."""
         return self.builder.source.home_key(self, turn)
 
-    def texts(self) -> dict[str, Any]:
+    def texts(self) -> Texts:
         """The session's texts (system, context, questions, answers, expected), built once."""
-        if not self._parts:
+        if self._parts is None:
             self._parts = self.builder.source.texts(self)
         return self._parts
 
     def forget(self) -> None:
         """Drop the built texts (they are rebuilt, identical, on next use)."""
-        self._parts = {}
+        self._parts = None
 
     def request(self, turn: int, answers: Sequence[str] | None = None) -> TurnRequest:
         """Turn ``turn`` (1-based). In live mode ``answers`` are the real answers so far."""
@@ -135,11 +135,11 @@ class SessionBuilder:
             for i, p in enumerate(self.source.planned())
         ]
 
-    def build_parts(self, session: Session) -> dict[str, Any]:
+    def build_parts(self, session: Session) -> Texts:
         """One session's texts (:meth:`Session.texts` keeps them)."""
         return self.source.texts(session)
 
-    def starts(self, level: float) -> list[float] | None:
+    def starts(self, level: float | None) -> list[float] | None:
         """Each session's scheduled start (modeled seconds from the block's start, by
         session index) at load ``level``, or None for a closed loop: a trace's first
         timestamps, else the open-loop schedule (:func:`~.arrivals.arrival_offsets`)."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from sessiongen.design.arrivals import arrival_offsets
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.requests import TurnRequest, physical_memory
+from sessiongen.workload.requests import Texts, TurnRequest, physical_memory
 from sessiongen.workload.sharegptsessions import ChatSession
 from sessiongen.workload.tracesessions import TraceSession
 
@@ -62,17 +62,17 @@ class Source(Protocol):
         """What client placements pick turn ``turn``'s replica by."""
         ...
 
-    def texts(self, session: SessionKey) -> dict[str, Any]:
+    def texts(self, session: SessionKey) -> Texts:
         """The session's texts, built once by the session and kept while it runs."""
         ...
 
     def request(
-        self, session: SessionKey, turn: int, texts: dict[str, Any], answers: Sequence[str] | None
+        self, session: SessionKey, turn: int, texts: Texts, answers: Sequence[str] | None
     ) -> TurnRequest:
         """Turn ``turn`` (1-based) from the session's texts (live: ``answers`` so far)."""
         ...
 
-    def starts(self, level: float) -> list[float] | None:
+    def starts(self, level: float | None) -> list[float] | None:
         """Each session's scheduled start by index at ``level`` (None: a closed loop)."""
         ...
 
@@ -81,9 +81,10 @@ class Source(Protocol):
         ...
 
 
-def scheduled(scenario: Scenario, level: float, sessions: int) -> list[float] | None:
-    """The open-loop schedule of ``sessions`` sessions at ``level`` (None: closed loop)."""
-    if scenario.load.arrival == "closed":
+def scheduled(scenario: Scenario, level: float | None, sessions: int) -> list[float] | None:
+    """The open-loop schedule of ``sessions`` sessions at ``level`` (None: closed loop;
+    only a trace has no level, and its schedule is its own)."""
+    if scenario.load.arrival == "closed" or level is None:
         return None
     return arrival_offsets(scenario.load, level, sessions, scenario.seed)
 

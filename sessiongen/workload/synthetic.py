@@ -23,7 +23,6 @@ request.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from sessiongen.design.arrivals import think_times
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
 from sessiongen.text.probes import NEEDLE_FACT, NEEDLE_QUESTION
-from sessiongen.workload.requests import Blob, Piece, TurnRequest, marker, seed_of
+from sessiongen.workload.requests import Blob, Piece, Texts, TurnRequest, marker, seed_of
 from sessiongen.workload.source import Planned, SessionKey, check_memory, scheduled
 from sessiongen.workload.textgen import TextGenerator
 
@@ -130,7 +129,7 @@ class SyntheticSource:
     def home_key(self, session: SessionKey, turn: int) -> int:
         return session.index
 
-    def starts(self, level: float) -> list[float] | None:
+    def starts(self, level: float | None) -> list[float] | None:
         spec = self.scenario.sessions
         return scheduled(self.scenario, level, spec.count * len(spec.initial_context_tokens))
 
@@ -154,7 +153,7 @@ class SyntheticSource:
             self._system = Blob(exact_text(self.generator, head, n, rng))
         return self._system
 
-    def texts(self, session: SessionKey) -> dict[str, Any]:
+    def texts(self, session: SessionKey) -> Texts:
         """Context, questions, frozen answers and needle answers of one session."""
         spec = self.scenario.sessions
         gen = self.generator
@@ -214,7 +213,7 @@ class SyntheticSource:
         self,
         session: SessionKey,
         turn: int,
-        texts: dict[str, Any],
+        texts: Texts,
         answers: Sequence[str] | None,
     ) -> TurnRequest:
         spec = self.scenario.sessions

@@ -9,11 +9,10 @@ previous answer; the history mode and the probes do not apply.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
-from sessiongen.workload.requests import Blob, TurnRequest
+from sessiongen.workload.requests import Blob, Texts, TurnRequest
 from sessiongen.workload.source import Planned, SessionKey, check_memory
 from sessiongen.workload.textgen import TextGenerator
 from sessiongen.workload.traceprompts import TracePrompts
@@ -58,13 +57,13 @@ class TraceSource:
             return session.index
         return self._of(session).turns[turn - 1].request.hash_ids[0]
 
-    def starts(self, level: float) -> list[float]:
+    def starts(self, level: float | None) -> list[float]:
         return [s.start_s for s in self.sessions]
 
     def text_bytes(self) -> int:
         return int(4.4 * sum(t.request.input_length for s in self.sessions for t in s.turns))
 
-    def texts(self, session: SessionKey) -> dict[str, Any]:
+    def texts(self, session: SessionKey) -> Texts:
         """Each turn's whole prompt."""
         return {"prompts": [Blob(self.prompts.text(t.request)) for t in self._of(session).turns]}
 
@@ -72,7 +71,7 @@ class TraceSource:
         self,
         session: SessionKey,
         turn: int,
-        texts: dict[str, Any],
+        texts: Texts,
         answers: Sequence[str] | None,
     ) -> TurnRequest:
         """A trace turn: its line's whole prompt, its output length, its facts."""

@@ -1,9 +1,10 @@
-"""The concurrency rule: how many sessions of a block may be in flight at once.
+"""The load of a block: its levels, and how many sessions may be in flight at once.
 
 A closed loop keeps its level's sessions in flight (``load.levels``, else
-``driver.concurrency``). An open loop starts sessions on a schedule (``load.arrival``, or a
-trace's own timestamps) and caps them at ``load.max_in_flight``; its level is a start
-rate, or nothing at all for a trace (whose schedule is its own).
+``driver.concurrency``). An open loop starts sessions on a schedule and caps them at
+``load.max_in_flight``: a synthetic open loop's level is its start rate; a trace's
+schedule is its own timestamps, so a trace block has no level at all (None, a null
+``load_level`` in its records), never a default nobody used.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from sessiongen.scenario.spec import Scenario
 def open_loop(scenario: Scenario) -> bool:
     """Sessions start on a schedule: an open-loop load, or a trace's timestamps."""
     return scenario.load.arrival != "closed" or scenario.sessions.source == "trace"
+
+
+def load_levels(scenario: Scenario) -> tuple[float | None, ...]:
+    """The load levels a run sweeps: ``load.levels``, else ``driver.concurrency``; a
+    trace's one level None (its timestamps are its load)."""
+    if scenario.sessions.source == "trace":
+        return (None,)
+    return scenario.load.levels or (float(scenario.driver.concurrency),)
 
 
 def concurrency(scenario: Scenario, level: float | None) -> int:
