@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import polars as pl
@@ -127,17 +127,58 @@ class Nights:
         return f"{self.folder} [{self.target_kind}{scale}]"
 
 
+class TrendCell(TypedDict, total=False):
+    """A series' cell (:data:`CELL`): no ``cache`` for a speedup, which spans both arms."""
+
+    placement: str
+    cache: str
+    context_tokens: int
+    turn: int
+
+
+class Finding(TypedDict, total=False):
+    """A regression or improvement: a row of :data:`FINDING_SCHEMA` but where it was found."""
+
+    kind: str  # regression | improvement
+    metric: str
+    started: str  # night (date) of the first run at the new level
+    started_run: str
+    nights: int
+    before: float | None
+    after: float
+    change: float  # fitted metrics
+    detail: str  # counted metrics
+    versions_changed: str
+    placement: str  # the cell of a fitted metric
+    cache: str
+    context_tokens: int
+    turn: int
+
+
+def _cell(keys: Sequence[str], key: tuple[Any, ...]) -> TrendCell:
+    """A partition's key (polars' values for ``keys``) as the cell it names."""
+    values = dict(zip(keys, key, strict=True))
+    cell: TrendCell = {
+        "placement": str(values["placement"]),
+        "context_tokens": int(values["context_tokens"]),
+        "turn": int(values["turn"]),
+    }
+    if "cache" in values:
+        cell["cache"] = str(values["cache"])
+    return cell
+
+
 @dataclass(frozen=True)
 class Series:
     """One metric of one cell over the nights, with its fit and the finding, if any."""
 
     metric: Metric
-    cell: dict[str, Any]
+    cell: TrendCell
     values: NDArray[np.float64]  # NaN where a night has no value
     low: NDArray[np.float64]
     high: NDArray[np.float64]
     fit: StepFit
-    finding: dict[str, Any] | None
+    finding: Finding | None
 
 
 def night_groups(
@@ -203,7 +244,7 @@ def _judge(
     values: NDArray[np.float64],
     threshold: float,
     min_nights: int,
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """A regression or improvement when the newest level moved past the threshold."""
     shift = latest_shift(fit)
     if shift is None or shift.nights < min_nights:
@@ -231,7 +272,7 @@ def _judge(
 class _Cell:
     """One cell's series of a metric before fitting: values, interval, logs, sigmas."""
 
-    cell: dict[str, Any]
+    cell: TrendCell
     values: NDArray[np.float64]
     low: NDArray[np.float64]
     high: NDArray[np.float64]
@@ -286,7 +327,7 @@ def _cells(frame: pl.DataFrame, nights: Nights, metric: Metric) -> list[_Cell]:
     keys = [k for k in CELL if k != "cache" or metric.cache is None]
     return [
         _Cell(
-            dict(zip(keys, key, strict=True)),
+            _cell(keys, key),
             _aligned(sub, nights, metric.column),
             _aligned(sub, nights, metric.ci_low),
             _aligned(sub, nights, metric.ci_high),
@@ -313,7 +354,7 @@ def metric_series(
         fit = fit_steps(c.logs, c.sigma, night_noise_prior=prior, min_size=min(2, min_nights))
         finding = _judge(metric, fit, nights, c.values, threshold, min_nights)
         if finding is not None:
-            finding.update(c.cell)
+            finding = {**finding, **c.cell}
         out.append(Series(metric, c.cell, c.values, c.low, c.high, fit, finding))
     return out
 
@@ -400,9 +441,9 @@ def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
     return text
 
 
-def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[dict[str, Any]]:
+def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[Finding]:
     """Correctness and contamination at any size on the newest night; persistent errors."""
-    out = []
+    out: list[Finding] = []
     every = night_counts(frame, nights)
     for name in (*ANY_SIZE, "errors"):
         counts = every[name]
@@ -572,7 +613,7 @@ def check_groups(
     min_nights: int = 2,
     per_metric_thresholds: Mapping[str, float] | None = None,
     window: int | None = WINDOW,
-) -> list[tuple[Nights, list[Series], list[dict[str, Any]]]]:
+) -> list[tuple[Nights, list[Series], list[Finding]]]:
     """Per folder and target kind: the nights, every fitted series and the count findings."""
     if min_nights < 1:
         raise UserError(f"min_nights: expected an integer >= 1, got {min_nights!r}")

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from sessiongen.errors import ScenarioError, UserError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
@@ -105,7 +105,7 @@ class Suite:
     scenarios: tuple[Scenario, ...]
 
 
-def toml_value(value: Any) -> str:
+def toml_value(value: object) -> str:
     """A plain value as TOML text (for turning a table into ``--set`` overrides)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -118,7 +118,7 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"unsupported value {value!r}")
 
 
-def table_overrides(table: dict[str, Any], prefix: str) -> list[str]:
+def table_overrides(table: Mapping[str, object], prefix: str) -> list[str]:
     """``prefix.key=value`` for every leaf of a (nested) TOML table."""
     out = []
     for key, value in table.items():

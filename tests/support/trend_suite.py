@@ -35,7 +35,7 @@ def suite(nights: Sequence[Night], seed: int) -> pl.DataFrame:
     return history_frame(nights, seed, PLACEMENTS, turns=TURNS, contexts=CONTEXTS)
 
 
-def _check(frame: pl.DataFrame, upto: int) -> list[dict[str, object]]:
+def _check(frame: pl.DataFrame, upto: int) -> list[tcheck.Finding]:
     """The findings of the fitted series on nights ``0..upto-1``."""
     runs = frame.select("run_id", "started_at").unique().sort("started_at")["run_id"]
     sub = frame.filter(pl.col("run_id").is_in(runs.head(upto).to_list()))
