@@ -170,7 +170,7 @@ async def in_flight(args: argparse.Namespace, url: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
-    ap.add_argument("--body-mb", type=float, default=0.5)
+    ap.add_argument("--body-mb", type=float, help="request body, MB (0.5; in-flight: 0.05)")
     ap.add_argument("--duration", type=float, default=5.0, help="steady-state seconds")
     ap.add_argument("--rounds", type=int, default=3, help="burst rounds")
     ap.add_argument(
@@ -182,6 +182,8 @@ def main() -> None:
     ap.add_argument("--interval-s", type=float, default=0.25, help="in-flight: chunk spacing")
     ap.add_argument("--no-write", action="store_true", help="in-flight: print only")
     args = ap.parse_args()
+    if args.body_mb is None:  # a 12k-token prompt is some 50 kB of JSON
+        args.body_mb = 0.05 if args.in_flight else 0.5
     if args.nice:
         os.nice(args.nice)  # the server process inherits it
     print(

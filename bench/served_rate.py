@@ -12,8 +12,10 @@ modeled arrival (``X-Sim-Arrival-S``); the engine records how late each one reac
 (``arrival_late_s``, wall seconds at time_scale 1). A rate
 is *sustained* when the p99 of that lateness is under 1% of the median TTFT: the client
 got its requests to the engine in time and the engine's loop kept up. Also per rate:
-the peak requests in flight (from each record's send time and e2e), the achieved rate,
-failures, and the load average, since the machine is shared.
+the peak requests in flight (from each record's send time and e2e), the added TTFT
+(the client's TTFT less the simulator's own: client, loopback and the server's
+lateness together), the achieved rate, failures, the CPU seconds of client and
+simulator, and the load average, since the machine is shared.
 
 Figures go to ``docs/data/served-rate.json`` (section ``served``; ``bench/driver_overhead.py
 --in-flight`` writes section ``client``) with the commit, date, machine, load and
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import resource
@@ -45,46 +48,20 @@ from sessiongen.records.run import load_run
 from sessiongen.replay.orchestrator import ReplayOptions, replay
 from sessiongen.sim import compiled
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_trace import BLOCK, SCENARIO  # a sibling bench script
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "served-rate.json"
-BLOCK = 512  # tokens per hash id (Mooncake's)
 #: Sustained: arrival_late_s p99 under this share of the median TTFT (issue 34).
 ON_TIME_SHARE = 0.01
 
-SCENARIO = """
-name = "served-rate-bench"
-seed = 21
-
-[model]
-tokenizer = "cl100k"
-
-[sessions]
-source = "trace"
-answer_tokens = 16
-
-[sessions.trace]
-file = "{trace}"
-block_tokens = 512
-placement_key = "prefix"
-
-[placement]
-policies = ["fixed"]
-
-[design]
-cache = ["{cache}"]
-blocks = ["{cache}"]
-warmup_requests = 0
-
-[driver]
-concurrency = 20000
-
-[target]
-kind = "sim"
-
-[target.sim]
-replicas = {replicas}
-time_scale = 1.0
-"""
+#: bench/plan_trace.py's scenario, changed to one arm served by the pair (--set style).
+SERVED = [
+    "design.warmup_requests=0",
+    "driver.concurrency=20000",  # every request of the trace in flight if it must be
+    "sessions.trace.placement_key=prefix",
+]
 
 
 def write_trace(path: Path, rate: float, seconds: float, seed: int) -> int:
@@ -122,15 +99,17 @@ def peak_in_flight(send_s: np.ndarray[Any, Any], e2e_s: np.ndarray[Any, Any]) ->
 
 def serve_at(folder: Path, rate: float, args: argparse.Namespace) -> dict[str, Any]:
     """Replay ``args.seconds`` of a trace at ``rate`` requests a second; its figures."""
-    trace = folder / f"trace-{rate:g}.jsonl"
-    write_trace(trace, rate, args.seconds, seed=21)
-    toml = folder / f"rate-{rate:g}.toml"
-    toml.write_text(SCENARIO.format(trace=trace.name, cache=args.cache, replicas=args.replicas))
+    folder = folder / f"rate-{rate:g}"
+    folder.mkdir()
+    requests = write_trace(folder / "trace.jsonl", rate, args.seconds, seed=21)
+    toml = folder / "served.toml"
+    toml.write_text(SCENARIO.format(block=BLOCK, limit=requests, replicas=args.replicas))
+    arm = [f'design.cache=["{args.cache}"]', f'design.blocks=["{args.cache}"]']
     load_before = os.getloadavg()
     wall = time.perf_counter()
     cpu = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     result = replay(
-        scenario.load(toml), ReplayOptions(runs_dir=folder / f"runs-{rate:g}", progress=False)
+        scenario.load(toml, SERVED + arm), ReplayOptions(runs_dir=folder / "runs", progress=False)
     )
     wall = time.perf_counter() - wall
     # This process is the client; the simulator is a child it has reaped by now.
@@ -147,6 +126,9 @@ def serve_at(folder: Path, rate: float, args: argparse.Namespace) -> dict[str, A
     span = float(send.max() - send.min()) if len(send) > 1 else float("nan")
     median_ttft = float(ttft.median() or float("nan"))  # type: ignore[arg-type]
     late_p99 = float(late.quantile(0.99) or 0.0) if len(late) else float("nan")
+    # What the client measured beyond the TTFT the simulator gave (runner._server_ttft_s):
+    # the client's, the loopback's and the server's own lateness in writing the token.
+    added = (ok["ttft_s"] - ok["server_ttft_s"]).drop_nulls() * 1e3
     return {
         "rate_asked": rate,
         "cache": args.cache,
@@ -160,6 +142,8 @@ def serve_at(folder: Path, rate: float, args: argparse.Namespace) -> dict[str, A
         "arrival_late_p99_s": round(late_p99, 6),
         "arrival_late_max_s": round(float(late.max() or 0.0), 6),  # type: ignore[arg-type]
         "ttft_p50_s": round(median_ttft, 4),
+        "added_ttft_p50_ms": round(float(added.median() or math.nan), 3),  # type: ignore[arg-type]
+        "added_ttft_p99_ms": round(float(added.quantile(0.99) or math.nan), 3),
         "late_p99_over_ttft_p50": round(late_p99 / median_ttft, 5),
         "sustained": bool(len(late) == ok.height > 0 and late_p99 < ON_TIME_SHARE * median_ttft),
         "peak_in_flight": peak_in_flight(send, ok["e2e_s"].to_numpy()),
@@ -182,7 +166,8 @@ def _line(fig: dict[str, Any]) -> str:
         f"requests, {fig['failed']} failed, peak in flight {fig['peak_in_flight']:>4}; "
         f"arrival late p50 {1e3 * fig['arrival_late_p50_s']:.2f} ms, p99 "
         f"{1e3 * fig['arrival_late_p99_s']:.2f} ms, max {1e3 * fig['arrival_late_max_s']:.1f} ms; "
-        f"TTFT p50 {fig['ttft_p50_s']:.3f} s; p99 late / TTFT p50 "
+        f"TTFT p50 {fig['ttft_p50_s']:.3f} s, added p50 {fig['added_ttft_p50_ms']:.2f} ms, p99 "
+        f"{fig['added_ttft_p99_ms']:.2f} ms; p99 late / TTFT p50 "
         f"{100 * fig['late_p99_over_ttft_p50']:.3f}% -> "
         f"{'sustained' if fig['sustained'] else 'NOT sustained'}; {fig['wall_s']} s wall, "
         f"CPU client {fig['client_cpu_s']} s, simulator {fig['server_cpu_s']} s "
@@ -225,11 +210,11 @@ def update_data(section: str, rows: dict[str, dict[str, Any]]) -> dict[str, Any]
 
 
 def largest_sustained(rows: Collection[dict[str, Any]]) -> dict[str, float | None]:
-    """Per arm and engine, the largest rate sustained and below every rate that was not
-    (a rate held only above one that failed is not counted)."""
+    """Per arm, replica count and engine, the largest rate sustained and below every rate
+    that was not (a rate held only above one that failed is not counted)."""
     out: dict[str, float | None] = {}
-    for key in sorted({f"{r['cache']}-{r['engine']}" for r in rows}):
-        arm = sorted((r for r in rows if f"{r['cache']}-{r['engine']}" == key), key=_rate)
+    for key in sorted({_setup(r) for r in rows}):
+        arm = sorted((r for r in rows if _setup(r) == key), key=_rate)
         held = None
         for r in arm:
             if not r["sustained"]:
@@ -237,6 +222,10 @@ def largest_sustained(rows: Collection[dict[str, Any]]) -> dict[str, float | Non
             held = r["rate_asked"]
         out[key] = held
     return out
+
+
+def _setup(row: dict[str, Any]) -> str:
+    return f"{row['cache']}-{row['replicas']}r-{row['engine']}"
 
 
 def _rate(row: dict[str, Any]) -> float:
@@ -265,10 +254,7 @@ def main() -> None:
     print(f"load average after: {os.getloadavg()}")
     if not args.no_write:
         command = "python bench/served_rate.py " + " ".join(sys.argv[1:])
-        keyed = {
-            f"{r['cache']}-{r['engine']}-{r['rate_asked']:g}": {**r, **provenance(command)}
-            for r in rows
-        }
+        keyed = {f"{_setup(r)}-{r['rate_asked']:g}": {**r, **provenance(command)} for r in rows}
         section = update_data("served", keyed)
         print(f"largest rate sustained, all rows: {section['largest_rate_sustained']}")
 
