@@ -7,7 +7,7 @@ session start rate).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import polars as pl
 from matplotlib.axes import Axes
@@ -21,7 +21,8 @@ from sessiongen.report.plots import CACHE_STYLE, COLORS, OUTSIDE
 ARM = ["placement", "cache", "context_tokens"]
 
 
-def _line(ax: Axes, placements: list[str], key: dict[str, Any], x: pl.Series, y: pl.Series,
+def _line(ax: Axes, placements: list[str], key: Mapping[str, object], x: pl.Series,
+          y: pl.Series,
           *, label: bool = True) -> None:  # fmt: skip
     ax.plot(
         x.to_list(),

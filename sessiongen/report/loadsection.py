@@ -12,7 +12,6 @@ medians, tails and gains at that level are left blank: they measure the run's le
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -47,7 +46,7 @@ def level_name(run: Run) -> str:
 
 def pool_gain_by_level(run: Run, table: pl.DataFrame, boot: Bootstrap) -> pl.DataFrame:
     """Per placement and level: the pool's whole-session gain and goodput OFF vs ON."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     levels = sorted(table["load_level"].unique().to_list())
     for level in levels:
         at = run.filter(pl.col("load_level").fill_null(1.0) == level)
@@ -151,7 +150,8 @@ def load_section(run: Run, out_dir: Path, note: str, boot: Bootstrap) -> list[El
 def _unstable_note(unstable: pl.DataFrame, unit: str) -> Paragraph:
     """Which arms are unstable at which levels, and what that means for their figures."""
     cells = ", ".join(
-        f"{r['placement']}/{r['cache']} at {r['load_level']:g} ({_why(r, unit)})"
+        f"{r['placement']}/{r['cache']} at {r['load_level']:g} "
+        f"({_why(r['ttft_growth'], r['throughput_turns_s'], r['offered_turns_s'], unit)})"
         for r in unstable.sort(*load.LEVEL_KEYS).iter_rows(named=True)
     )
     return Paragraph(
@@ -164,14 +164,13 @@ def _unstable_note(unstable: pl.DataFrame, unit: str) -> Paragraph:
     )
 
 
-def _why(row: dict[str, Any], unit: str) -> str:
+def _why(growth: float | None, served: float | None, offered: float | None, unit: str) -> str:
+    """Why a level is unstable: its TTFT growth, and the turns served of those offered."""
     parts = []
-    if row["ttft_growth"] is not None:
-        parts.append(f"TTFT {row['ttft_growth']:+.2f} {unit} per {unit} of arrivals")
-    if row["offered_turns_s"] is not None and row["throughput_turns_s"] is not None:
-        parts.append(
-            f"{row['throughput_turns_s']:.3g} of {row['offered_turns_s']:.3g} turns/{unit} served"
-        )
+    if growth is not None:
+        parts.append(f"TTFT {growth:+.2f} {unit} per {unit} of arrivals")
+    if offered is not None and served is not None:
+        parts.append(f"{served:.3g} of {offered:.3g} turns/{unit} served")
     return "; ".join(parts)
 
 

@@ -11,8 +11,9 @@ the time scale) and measured seconds for real ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 import numpy as np
 import polars as pl
@@ -27,8 +28,18 @@ from sessiongen.report.figures import save_png_svg
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 CACHE_STYLE = {"off": "--", "on": "-"}
 FIGURE_NAMES = ("speedup", "median_ttft", "ttft_cdf", "cache_attribution")
+
+
+class LegendPlace(TypedDict):
+    """Keyword arguments of ``Axes.legend`` that say where it goes and how large."""
+
+    fontsize: int
+    loc: Literal["upper left"]
+    bbox_to_anchor: tuple[float, float]
+
+
 #: Legends sit right of the axes so they never hide data (saving uses a tight bbox).
-OUTSIDE: dict[str, Any] = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+OUTSIDE: LegendPlace = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
 def caption(run: Run) -> str:
@@ -48,21 +59,42 @@ def _empty(ax: Axes, why: str) -> None:
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="#666666")
 
 
-def _series(frame: pl.DataFrame, keys: list[str]) -> Iterator[tuple[dict[str, Any], pl.DataFrame]]:
-    """Sub-frames per key combination, sorted, each sorted by turn (if present)."""
+@dataclass(frozen=True)
+class Line:
+    """What one plotted line is of: a placement and context (and arm, where split by it)."""
+
+    placement: str
+    context_tokens: int
+    cache: str | None = None
+
+    @property
+    def style(self) -> str:
+        return CACHE_STYLE.get(self.cache or "", "-")
+
+
+def _series(frame: pl.DataFrame, keys: list[str]) -> Iterator[tuple[Line, pl.DataFrame]]:
+    """Sub-frames per key combination (placement, context, cache where among ``keys``),
+    sorted, each sorted by turn (if present)."""
     if frame.is_empty():
         return
     for key, sub in sorted(frame.partition_by(keys, as_dict=True).items(), key=str):
         order = "turn" if "turn" in sub.columns else sub.columns[0]
-        yield dict(zip(keys, key, strict=True)), sub.sort(order)
+        named = dict(zip(keys, key, strict=True))
+        cache = named.get("cache")
+        line = Line(
+            placement=str(named["placement"]),
+            context_tokens=int(named["context_tokens"]),
+            cache=None if cache is None else str(cache),
+        )
+        yield line, sub.sort(order)
 
 
-def _label(key: dict[str, Any], multi_ctx: bool) -> str:
-    parts = [str(key["placement"])]
-    if "cache" in key:
-        parts.append(f"cache {key['cache']}")
+def _label(key: Line, multi_ctx: bool) -> str:
+    parts = [key.placement]
+    if key.cache is not None:
+        parts.append(f"cache {key.cache}")
     if multi_ctx:
-        parts.append(f"{int(key['context_tokens']) // 1024}k context")
+        parts.append(f"{key.context_tokens // 1024}k context")
     return ", ".join(parts)
 
 
@@ -83,8 +115,8 @@ def speedup_figure(speedups: pl.DataFrame, note: str) -> Figure:
     styles = ["-", "--", ":", "-."]
     contexts = sorted(data["context_tokens"].unique().to_list()) if not data.is_empty() else []
     for key, sub in _series(data, ["placement", "context_tokens"]):
-        color = _color(placements, key["placement"])
-        style = styles[contexts.index(key["context_tokens"]) % len(styles)]
+        color = _color(placements, key.placement)
+        style = styles[contexts.index(key.context_tokens) % len(styles)]
         turns = sub["turn"].to_numpy()
         ax.plot(
             turns,
@@ -131,9 +163,9 @@ def median_ttft_figure(arm_table: pl.DataFrame, note: str, unit: str = "modeled 
             med,
             yerr=np.clip(err, 0, None),
             capsize=3,
-            linestyle=CACHE_STYLE.get(key["cache"], "-"),
+            linestyle=key.style,
             marker="o",
-            color=_color(placements, key["placement"]),
+            color=_color(placements, key.placement),
             label=_label(key, multi),
         )
     if data.is_empty():
@@ -160,8 +192,8 @@ def ttft_cdf_figure(requests: pl.DataFrame, note: str, unit: str = "modeled s") 
             values,
             frac,
             where="post",
-            linestyle=CACHE_STYLE.get(key["cache"], "-"),
-            color=_color(placements, key["placement"]),
+            linestyle=key.style,
+            color=_color(placements, key.placement),
             label=_label(key, multi),
         )
     if data.is_empty():

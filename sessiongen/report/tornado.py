@@ -14,7 +14,8 @@ read from the file, so the report stage does not import the planner.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ METHOD = (
 )
 
 
-def cell_title(row: dict[str, Any], varies: Sequence[str], *, trace: bool = False) -> str:
+def cell_title(row: Mapping[str, object], varies: Sequence[str], *, trace: bool = False) -> str:
     """A panel's title: the varied values, placement, and (not for a trace, which has
     neither) context and level."""
     parts = [f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in varies]
@@ -65,19 +66,47 @@ def cell_title(row: dict[str, Any], varies: Sequence[str], *, trace: bool = Fals
     return ", ".join(parts)
 
 
-def _ends(frame: pl.DataFrame) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class End:
+    """One end of a parameter's box in a cell: the gain there and what it changes."""
+
+    gain: float  # the session gain at the end (NaN: unknown)
+    change: float | None  # against the cell's gain
+    verdict: str
+    flips: bool  # the verdict differs from the cell's
+
+
+@dataclass(frozen=True)
+class Swing:
+    """A parameter's two ends in a cell (None: that end was not planned)."""
+
+    parameter: str
+    low: End | None
+    high: End | None
+
+    @property
+    def ends(self) -> list[End]:
+        return [e for e in (self.low, self.high) if e is not None]
+
+
+def _ends(frame: pl.DataFrame) -> list[Swing]:
     """One row per parameter (low and high end side by side), largest swing first."""
-    rows: dict[str, dict[str, Any]] = {}
+    by: dict[str, dict[str, End]] = {}
     for r in frame.iter_rows(named=True):
-        rows.setdefault(r["parameter"], {"parameter": r["parameter"]})[r["end"]] = r
+        end = End(
+            gain=_num(r["session_gain"]),
+            change=r["change"],
+            verdict=str(r["verdict"]),
+            flips=bool(r["flips"]),
+        )
+        by.setdefault(str(r["parameter"]), {})[str(r["end"])] = end
+    rows = [Swing(parameter=p, low=e.get("low"), high=e.get("high")) for p, e in by.items()]
+    return sorted(rows, key=_swing, reverse=True)
 
-    return sorted(rows.values(), key=_swing, reverse=True)
 
-
-def _swing(row: dict[str, Any]) -> float:
+def _swing(row: Swing) -> float:
     """How far apart a parameter's two ends put the gain (0 without both)."""
-    gains = [_num(row[e]["session_gain"]) for e in ("low", "high") if e in row]
-    gains = [g for g in gains if math.isfinite(g)]
+    gains = [e.gain for e in row.ends if math.isfinite(e.gain)]
     return max(gains) - min(gains) if len(gains) == 2 else 0.0
 
 
@@ -85,10 +114,10 @@ def _num(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def _percent(end: dict[str, Any] | None) -> str:
-    if end is None or end.get("change") is None or not math.isfinite(end["change"]):
+def _percent(end: End | None) -> str:
+    if end is None or end.change is None or not math.isfinite(end.change):
         return "?"
-    return f"{end['change'] * 100:+.3g}%"
+    return f"{end.change * 100:+.3g}%"
 
 
 def draw_cell(ax: Axes, base: float | None, pays_at: float, frame: pl.DataFrame) -> None:
@@ -97,15 +126,15 @@ def draw_cell(ax: Axes, base: float | None, pays_at: float, frame: pl.DataFrame)
     centre = _num(base)
     labels = []
     for y, row in enumerate(reversed(rows)):  # the largest swing at the top
-        low, high = row.get("low"), row.get("high")
-        labels.append(f"{row['parameter']} ({_percent(low)} / {_percent(high)})")
+        low, high = row.low, row.high
+        labels.append(f"{row.parameter} ({_percent(low)} / {_percent(high)})")
         for name, end in (("low", low), ("high", high)):
             if end is None:
                 continue
-            gain = _num(end["session_gain"])
+            gain = end.gain
             if not (math.isfinite(gain) and math.isfinite(centre)):
                 continue
-            unstable = str(end["verdict"]).startswith("unstable")
+            unstable = end.verdict.startswith("unstable")
             ax.barh(
                 y,
                 gain - centre,
@@ -116,9 +145,9 @@ def draw_cell(ax: Axes, base: float | None, pays_at: float, frame: pl.DataFrame)
                 hatch=UNSTABLE_HATCH if unstable else None,
                 edgecolor="#cc2222" if unstable else END_COLOURS[name],
             )
-            if end["flips"]:
+            if end.flips:
                 ax.annotate(
-                    str(end["verdict"]),
+                    end.verdict,
                     (gain, y),
                     xytext=(3 if gain >= centre else -3, 0),
                     textcoords="offset points",
@@ -133,9 +162,7 @@ def draw_cell(ax: Axes, base: float | None, pays_at: float, frame: pl.DataFrame)
         ax.axvline(centre, color="#222222", linewidth=1.0)
     ax.axvline(pays_at, color="#aa3333", linewidth=0.9, linestyle="-.")
     ax.set_xlabel("session gain (OFF / ON) at the end")
-    seen = [centre, pays_at] + [
-        _num(row[e]["session_gain"]) for row in rows for e in ("low", "high") if e in row
-    ]
+    seen = [centre, pays_at] + [e.gain for row in rows for e in row.ends]
     seen = [x for x in seen if math.isfinite(x)]
     pad = 0.06 * (max(seen) - min(seen)) or 0.02 * max(seen)  # both lines off the frame
     ax.set_xlim(min(seen) - pad, max(seen) + pad)

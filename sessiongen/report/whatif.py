@@ -16,9 +16,9 @@ clock: the report says so at the top.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import polars as pl
 from matplotlib.figure import Figure
@@ -68,7 +68,7 @@ def _as_number(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def _number(value: float) -> str:
+def _number(value: object) -> str:
     """A load level or a value as written: integers without decimals."""
     return f"{value:g}"
 
@@ -79,7 +79,7 @@ def axis_label(key: str) -> str:
     return f"{key} ({unit})" if unit else key
 
 
-def series_label(row: dict[str, Any], parts: Sequence[str], level: str) -> str:
+def series_label(row: Mapping[str, object], parts: Sequence[str], level: str) -> str:
     """A line's name: the value of each key that tells the lines apart, named
     (``placement alternate, replicas=4, concurrency 8``)."""
     out = []
@@ -195,7 +195,18 @@ def whatif_figure(
 
 
 #: How a gain whose cell has an unstable arm is marked in the figure (a ring around it).
-UNSTABLE_RING: dict[str, Any] = {
+class Ring(TypedDict):
+    """Keyword arguments of ``Axes.scatter`` that ring a point."""
+
+    s: int
+    facecolors: str
+    edgecolors: str
+    linewidths: float
+    zorder: int
+    gid: str
+
+
+UNSTABLE_RING: Ring = {
     "s": 170, "facecolors": "none", "edgecolors": "#cc2222", "linewidths": 1.4, "zorder": 5,
     "gid": "unstable",
 }  # fmt: skip
@@ -208,7 +219,7 @@ def _set_by(frame: pl.DataFrame, part: str, x_key: str) -> bool:
     return pairs.height == frame[part].n_unique() == frame[x_key].n_unique()
 
 
-def _unstable(row: dict[str, Any]) -> bool:
+def _unstable(row: Mapping[str, object]) -> bool:
     return str(row.get("verdict") or "").startswith("unstable")
 
 

@@ -35,7 +35,7 @@ atomically.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -657,7 +657,7 @@ def _plain(value: Any) -> str:
     return format_value(value)
 
 
-def _mapping_table(data: dict[str, Any]) -> Table:
+def _mapping_table(data: Mapping[str, object]) -> Table:
     rows = [{"key": str(k), "value": _plain(v)} for k, v in data.items()]
     return Table(pl.DataFrame(rows, schema={"key": pl.String(), "value": pl.String()}))
 
