@@ -17,7 +17,8 @@
 #
 # Knobs (environment): GPU_SESSIONS (study sessions an arm, 6), GPU_PROBE=0 (no probe
 # chains), GPU_LARGEST_CONTEXT (258048), GPU_KV_BYTES (each replica's KV cache, 9 GiB),
-# GPU_WAIT_S (how long `wait` waits), GPU_SITE, GPU_WORK, PYTHON.
+# GPU_WAIT_S (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more replay arguments, one a
+# line, after the ones here), GPU_SITE, GPU_WORK, PYTHON.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -45,6 +46,8 @@ common_sets() {
         --set target.managed.pool_size_gb=20 --set target.managed.max_model_len=262144 \
         --set "target.managed.env={$env}" \
         --set "target.managed.vllm_args=[\"--enforce-eager\",\"--gpu-memory-utilization\",\"0.3\",\"--kv-cache-memory-bytes\",\"$KV_BYTES\"]"
+    # more arguments for both replays, one a line (a rehearsal on CPU uses it)
+    if [ -n "${GPU_EXTRA_ARGS_FILE:-}" ]; then cat "$GPU_EXTRA_ARGS_FILE"; fi
 }
 
 facts() {
@@ -121,6 +124,7 @@ start)
     bash "$HERE/run.sh" dry || exit 1
     rm -f "$WORK/status"
     setsid nohup bash "$HERE/run.sh" job > "$WORK/job.log" 2>&1 < /dev/null &
+    echo $! > "$WORK/job.pid"
     echo "run: background job started (pid $!); next: bash scripts/gpu/run.sh wait"
     GPU_WAIT_S=${GPU_WAIT_S:-360} bash "$HERE/run.sh" wait
     ;;
@@ -134,8 +138,13 @@ job) cd "$REPO" && job ;;
 wait)
     deadline=$((SECONDS + ${GPU_WAIT_S:-540}))
     while [ $SECONDS -lt $deadline ] && ! grep -q '^done' "$WORK/status" 2>/dev/null; do
+        if ! kill -0 "$(cat "$WORK/job.pid" 2>/dev/null)" 2>/dev/null; then
+            echo "run: the background job is gone without finishing (job.log below)"
+            tail -n 20 "$WORK/job.log" 2>/dev/null
+            break
+        fi
         sleep 15
-        echo "run: $(date -u +%T) status: $(tr '\n' ';' < "$WORK/status" 2>/dev/null)" \
+        echo "run: $(date -u +%T) status: $(tr '\n' ';' 2>/dev/null < "$WORK/status")" \
             "$(tail -n 1 "$WORK/study.log" 2>/dev/null | cut -c1-120)"
     done
     cat "$WORK/status" 2>/dev/null
