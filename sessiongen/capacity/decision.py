@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ DEFAULT_SEEDS = 3
 DEFAULT_STEPS = 6
 
 
-def profile_draws(scenario: Scenario) -> list[dict[str, Any]]:
+def profile_draws(scenario: Scenario) -> list[dict[str, object]]:
     """The fit's bootstrap draws its profile file carries (``[[fit.draw]]``, each a table
     of ``[target.sim]`` parameters), without the keys the scenario sets itself (they win
     over the profile, as its point values do); none for a profile without draws."""
@@ -57,7 +57,7 @@ def profile_draws(scenario: Scenario) -> list[dict[str, Any]]:
         raise UserError(f"{name}: fit.draw: expected an array of tables")
     nested = loaded.get("target", {}).get("sim", {}) if "target" in loaded else loaded
     sim = scenario.target.sim
-    out = []
+    out: list[dict[str, object]] = []
     for draw in draws:
         # a key whose value differs from the file's point value was set by the scenario
         out.append({k: v for k, v in draw.items() if _same(getattr(sim, k, None), nested.get(k))})
@@ -72,7 +72,7 @@ def _same(value: Any, written: Any) -> bool:
 
 
 def replicate_sets(
-    k: int, base_seed: int, draws: Sequence[dict[str, Any]], *, profile: str | None = None
+    k: int, base_seed: int, draws: Sequence[Mapping[str, object]], *, profile: str | None = None
 ) -> list[str]:
     """The ``--set`` overrides of replicate ``k`` (module doc): none for replicate 0.
     Replicate ``k`` takes draw ``k - 1`` and no draw serves twice (a reused draw would

@@ -24,6 +24,7 @@ here runs anything.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,9 +89,11 @@ def evidence(scenario: Scenario) -> Evidence:
     from sessiongen.capacity.modelerror import default_model_error
 
     loaded = read_toml(_profile_file(scenario))
-    table: dict[str, Any] = loaded.get("fit") or {}
-    errors: dict[str, Any] = table.get("model_error") or {}
-    sigmas = {r: float(errors[r]) for r in REGIMES if isinstance(errors.get(r), int | float)}
+    fit = loaded.get("fit")
+    table: Mapping[str, object] = fit if isinstance(fit, dict) else {}
+    told = table.get("model_error")
+    errors: Mapping[str, object] = told if isinstance(told, dict) else {}
+    sigmas = {r: float(v) for r in REGIMES if isinstance(v := errors.get(r), int | float)}
     if sigmas:
         source = str(errors.get("source") or "the profile's held-out runs")
     else:

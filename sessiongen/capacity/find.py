@@ -19,7 +19,7 @@ load or size the pool lets the deployment reach is the ON arm's bracket beside O
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -56,7 +56,7 @@ class Found:
 
     out: Path
     key: str
-    cells: list[tuple[dict[str, Any], Bracket]]
+    cells: list[tuple[dict[str, object], Bracket]]
     integer: bool = False  # the key's values are integers
     by: FindBy = "verdict"
 
@@ -86,11 +86,11 @@ class Found:
         ]
 
 
-def _where(cell: dict[str, Any]) -> str:
+def _where(cell: Mapping[str, object]) -> str:
     return ", ".join(f"{k.rsplit('.', 1)[-1]} {_text(v)}" for k, v in cell.items())
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -139,13 +139,15 @@ def find(
         return planned[x][0]
 
     cell_keys = [k for k in (*(v.key for v in varies), *ARM) if k != MOVES.get(key)]
-    cells = [dict(zip(cell_keys, k, strict=True)) for k in evaluate(low).select(cell_keys).rows()]
+    cells: list[dict[str, object]] = [
+        dict(zip(cell_keys, k, strict=True)) for k in evaluate(low).select(cell_keys).rows()
+    ]
     if by == "objective":
         cells = [{**cell, "cache": arm} for cell in cells for arm in ("off", "on")]
-    found: list[tuple[dict[str, Any], Bracket]] = []
+    found: list[tuple[dict[str, object], Bracket]] = []
     for cell in cells:
 
-        def row(x: float, cell: dict[str, Any] = cell) -> dict[str, Any] | None:
+        def row(x: float, cell: dict[str, object] = cell) -> dict[str, Any] | None:
             keys = {k: v for k, v in cell.items() if k != "cache"}
             rows = evaluate(x).filter(*(pl.col(k) == v for k, v in keys.items()))
             return rows.row(0, named=True) if rows.height else None

@@ -199,7 +199,7 @@ class Fit:
     residuals: pl.DataFrame
     requests: int
     sources: tuple[str, ...]
-    fixed: dict[str, Any] = field(default_factory=dict)  # carried over, not fitted
+    fixed: dict[str, float] = field(default_factory=dict)  # carried over, not fitted
     not_identified: dict[str, str] = field(default_factory=dict)
     design: Design | None = None
     resampling: estimate.Resampling | None = None
@@ -209,18 +209,18 @@ class Fit:
     date: str = ""  # when the fit ran, UTC, ISO 8601
     hardware: str = ""  # what the runs ran on (:func:`hardware`)
     # the model's own error per regime from held-out runs (:func:`with_model_error`)
-    model_error: dict[str, Any] | None = None
+    model_error: dict[str, float | str] | None = None  # sigmas, cells_*, source
     heldout: tuple[str, ...] = ()  # the held-out runs' folders
 
     def profile(
-        self, values: dict[str, float] | None = None, loaded: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
+        self, values: dict[str, float] | None = None, loaded: Mapping[str, object] | None = None
+    ) -> dict[str, object]:
         """The ``[target.sim]`` parameters this fit gives (the request overhead added
         to the local-hit overhead and the pool's fixed cost: the simulator has no term
         for it); of ``values`` and ``loaded`` (one draw's) instead of the fit's when given."""
         v = self.values if values is None else values
         c = v.get(OVERHEAD, 0.0)
-        out: dict[str, Any] = dict(self.fixed) if values is None else {}
+        out: dict[str, object] = dict(self.fixed) if values is None else {}
         out.update(
             prefill_s_per_ktok=v["prefill_s_per_ktok"],
             attn_s_per_ktok2=v["attn_s_per_ktok2"],
@@ -237,7 +237,7 @@ class Fit:
             out.update(self.loaded.profile() if loaded is None else loaded)
         return out
 
-    def draws(self, most: int = DRAWS_WRITTEN) -> list[dict[str, Any]]:
+    def draws(self, most: int = DRAWS_WRITTEN) -> list[dict[str, object]]:
         """Up to ``most`` joint draws of every fitted parameter, as profiles (:meth:`profile`
         of each). Draw ``i`` takes resample ``i`` of each of the fit's three bootstraps:
         the first-token and decode costs (sessions, :func:`.estimate.bootstrap`), the
@@ -538,7 +538,7 @@ def fit(
     run_dirs: Sequence[str | Path],
     *,
     kv_bytes_per_token: float,
-    fixed: dict[str, Any] | None = None,
+    fixed: Mapping[str, float] | None = None,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Fit:
@@ -883,7 +883,7 @@ def _fit_lines(result: Fit) -> list[str]:
     command = " ".join(["sessiongen fit", *runs])
     if result.heldout:
         command += " " + " ".join(["--heldout", *(Path(d).name for d in result.heldout)])
-    table: dict[str, Any] = {
+    table: dict[str, object] = {
         "fitted": True,
         "date": result.date,
         "runs": runs,

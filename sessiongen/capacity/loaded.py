@@ -99,11 +99,11 @@ class LoadedFit:
     # candidates the first (the coarse grid's order: sync before async, low cost first)
     choices: tuple[tuple[str, float], ...] = ()
 
-    def profile(self) -> dict[str, Any]:
+    def profile(self) -> dict[str, float | str]:
         """The profile keys this fit sets."""
         return {"itl_per_batch_s": self.itl_per_batch_s, "pool_load_mode": self.pool_load_mode}
 
-    def draw(self, i: int) -> dict[str, Any]:
+    def draw(self, i: int) -> dict[str, float | str]:
         """The profile keys of resample ``i``'s best candidate; a term the runs do not
         identify keeps the fitted value (its resamples' choices are ties, not news)."""
         mode, batch = self.choices[i]

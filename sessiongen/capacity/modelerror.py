@@ -27,7 +27,6 @@ import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -101,7 +100,7 @@ def sigma_from_errors(errors: Sequence[float], sampling_se: Sequence[float]) -> 
     return math.sqrt(max(0.0, float(np.mean(e * e)) - float(np.mean(se * se))))
 
 
-def default_model_error(path: Path = DEFAULTS_FILE) -> dict[str, Any]:
+def default_model_error(path: Path = DEFAULTS_FILE) -> dict[str, float | str]:
     """The shipped model error of built-in profiles: per regime, from the project's
     held-out validation (``model_error.toml``).
 
@@ -119,7 +118,7 @@ def default_model_error(path: Path = DEFAULTS_FILE) -> dict[str, Any]:
     data = read_toml(path)
     validation = data.get("validation") or {}
     rows = validation.get("cells") or []
-    out: dict[str, Any] = {}
+    out: dict[str, float | str] = {}
     for name in REGIMES:
         mine = [r for r in rows if regime(r["in_flight"], closed=True) == name]
         cells = sum(int(r["cells"]) for r in mine)
@@ -224,11 +223,11 @@ def heldout_model_error(
     run_dirs: Sequence[str | Path],
     *,
     replicates: int = HELDOUT_REPLICATES,
-) -> dict[str, Any]:
+) -> dict[str, float | str]:
     """The ``[fit.model_error]`` table from held-out runs (module doc): per regime with
     cells, :func:`sigma_from_errors` and its cell count; the source names the runs."""
     cells = heldout_cells(profile_file, run_dirs, replicates=replicates)
-    out: dict[str, Any] = {}
+    out: dict[str, float | str] = {}
     for name in REGIMES:
         mine = cells.filter(pl.col("regime") == name)
         if mine.is_empty():

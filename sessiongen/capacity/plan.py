@@ -35,9 +35,8 @@ Every figure is the model's: nothing here is measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -233,7 +232,7 @@ def replicate_spread(runs: Sequence[Run]) -> pl.DataFrame:
     )
 
 
-def evidence_columns(proof: Evidence) -> dict[str, Any]:
+def evidence_columns(proof: Evidence) -> dict[str, str | bool | int | None]:
     """What a verdict rests on, as what-if columns (:mod:`.evidence`)."""
     return {
         "profile": proof.profile,
@@ -246,7 +245,7 @@ def evidence_columns(proof: Evidence) -> dict[str, Any]:
     }
 
 
-def _lits(tag: dict[str, Any]) -> list[pl.Expr]:
+def _lits(tag: Mapping[str, object]) -> list[pl.Expr]:
     return [pl.lit(v).alias(k) for k, v in tag.items()]
 
 

@@ -375,13 +375,41 @@ def judge(
     return frame.select("config", *front, *CELL, *SENSITIVITY_COLUMNS)
 
 
+@dataclass(frozen=True)
+class EndReading:
+    """One end of one parameter in one cell as :func:`robustness` reads it (a row of
+    :func:`judge`'s frame)."""
+
+    parameter: str
+    end: str  # low | high
+    change: float | None  # against the profile's value
+    source: str  # where the end comes from: "fit interval", or the default box
+    verdict: str
+    flips: bool
+    growth: tuple[tuple[str, float], ...] = ()  # (arm, TTFT growth) of arms unstable there
+
+
 def with_robustness(whatif: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame:
     """``whatif`` with ``robustness`` and ``sensitive_to`` per cell (:func:`robustness`)
     from its ends in ``frame`` (:func:`judge`'s)."""
     keys = ["config", *CELL]
-    by_cell: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    by_cell: dict[tuple[object, ...], list[EndReading]] = {}
     for row in frame.iter_rows(named=True):
-        by_cell.setdefault(tuple(row[k] for k in keys), []).append(row)
+        growth = tuple(
+            (arm, float(row[f"ttft_growth_{arm}"]))
+            for arm in ("off", "on")
+            if row.get(f"stable_{arm}") is False and row.get(f"ttft_growth_{arm}") is not None
+        )
+        reading = EndReading(
+            parameter=str(row["parameter"]),
+            end=str(row["end"]),
+            change=row["change"],
+            source=str(row["source"]),
+            verdict=str(row["verdict"]),
+            flips=bool(row["flips"]),
+            growth=growth,
+        )
+        by_cell.setdefault(tuple(row[k] for k in keys), []).append(reading)
     texts, names = [], []
     for row in whatif.iter_rows(named=True):
         cell = by_cell.get(tuple(row[k] for k in keys), [])
@@ -394,43 +422,40 @@ def with_robustness(whatif: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def robustness(verdict: str, ends: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+def robustness(verdict: str, ends: Sequence[EndReading]) -> tuple[str, str | None]:
     """A cell's reading over its box (module doc): the text and the comma-joined names of
     the parameters that flip its verdict (None when none does). ``ends`` are its rows of
-    :func:`judge`'s frame (``parameter``, ``end``, ``change``, ``source``, ``verdict``,
-    ``flips``, the arms' stability and growth)."""
+    :func:`judge`'s frame."""
     if not ends:
         return "not checked: no profile parameter to move", None
-    flipping = [e for e in ends if e["flips"]]
+    flipping = [e for e in ends if e.flips]
     if not flipping:
-        count = len({e["parameter"] for e in ends})
-        sources = ", ".join(sorted({str(e["source"]) for e in ends}))
+        count = len({e.parameter for e in ends})
+        sources = ", ".join(sorted({e.source for e in ends}))
         return f"robust: {verdict} at both ends of {count} parameters ({sources})", None
-    unstable = any(str(e["verdict"]).startswith("unstable") for e in flipping)
+    unstable = any(e.verdict.startswith("unstable") for e in flipping)
     lead = "near saturation: " if unstable and not verdict.startswith("unstable") else ""
     text = f"{lead}{verdict} unless " + "; or ".join(_clause(e) for e in flipping)
-    return text, ", ".join(dict.fromkeys(e["parameter"] for e in flipping))
+    return text, ", ".join(dict.fromkeys(e.parameter for e in flipping))
 
 
-def _clause(end: dict[str, Any]) -> str:
+def _clause(end: EndReading) -> str:
     """``prefill_s_per_ktok is 10% below the profile's (does not pay there)``."""
-    change = end["change"]
+    change = end.change
     if change is None or not math.isfinite(change):
-        where = f"at its {end['end']} end"
+        where = f"at its {end.end} end"
     else:
         direction = "below" if change < 0 else "above"
         where = f"{abs(change) * 100:.3g}% {direction} the profile's"
-    if end["source"] == "fit interval":
-        where += f" (its fitted interval's {end['end']} end)"
-    there = f"{end['verdict']} there"
-    if str(end["verdict"]).startswith("unstable"):
-        growth = [
-            f"{arm.upper()} TTFT grows {end[f'ttft_growth_{arm}']:.3g} s/s, limit {MAX_GROWTH:g}"
-            for arm in ("off", "on")
-            if end.get(f"stable_{arm}") is False and end.get(f"ttft_growth_{arm}") is not None
-        ]
-        there += "".join(f"; {g}" for g in growth)
-    return f"{end['parameter']} is {where} ({there})"
+    if end.source == "fit interval":
+        where += f" (its fitted interval's {end.end} end)"
+    there = f"{end.verdict} there"
+    if end.verdict.startswith("unstable"):
+        there += "".join(
+            f"; {arm.upper()} TTFT grows {growth:.3g} s/s, limit {MAX_GROWTH:g}"
+            for arm, growth in end.growth
+        )
+    return f"{end.parameter} is {where} ({there})"
 
 
 def sensitivity(
