@@ -17,7 +17,7 @@
 #
 # Knobs (environment): GPU_SESSIONS (study sessions an arm, 6), GPU_PROBE=0 (no probe
 # chains), GPU_LARGEST_CONTEXT (258048), GPU_KV_BYTES (each replica's KV cache, 9 GiB),
-# GPU_WAIT_S (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more replay arguments, one a
+# GPU_MAX_MODEL_LEN (262144), GPU_WAIT_S (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more replay arguments, one a
 # line, after the ones here), GPU_SITE, GPU_WORK, PYTHON.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +29,7 @@ export PYTHONPATH="$SITE:$REPO" PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 LARGEST=${GPU_LARGEST_CONTEXT:-258048}  # max_model_len 262144 less room for the turns
 KV_BYTES=${GPU_KV_BYTES:-9663676416}      # 9 GiB a replica: 294,912 tokens at 32 KiB
+MAX_LEN=${GPU_MAX_MODEL_LEN:-262144}      # the model's positions; the KV cache must hold it
 mkdir -p "$WORK"
 
 # Every managed pair: two replicas sharing GPU 0 (0.3 of its memory each, a fixed
@@ -43,7 +44,7 @@ common_sets() {
     printf '%s\n' --set target.kind=managed --set target.managed.device=cuda \
         --set target.managed.model=builtin:llama-1b --set model.name=llama-1b \
         --set sessions.probe=equivalence --set design.restart_between_blocks=false \
-        --set target.managed.pool_size_gb=20 --set target.managed.max_model_len=262144 \
+        --set target.managed.pool_size_gb=20 --set "target.managed.max_model_len=$MAX_LEN" \
         --set "target.managed.env={$env}" \
         --set "target.managed.vllm_args=[\"--enforce-eager\",\"--gpu-memory-utilization\",\"0.3\",\"--kv-cache-memory-bytes\",\"$KV_BYTES\"]"
     # more arguments for both replays, one a line (a rehearsal on CPU uses it)
