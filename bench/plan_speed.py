@@ -102,7 +102,7 @@ class Parts:
 def timed_parts(parts: Parts) -> Iterator[None]:
     undo = [
         parts.wrap(planner.Prompts, "turns", "sessions' prompts"),
-        parts.wrap(planner.VirtualBlock, "_start_next", "sessions' prompts"),
+        parts.wrap(planner.BlockScript, "start_next", "sessions' prompts"),
         parts.wrap(sim_virtual.VirtualDriver, "submit", "submitting (keys, hashing)"),
         parts.wrap(sim_virtual.VirtualDriver, "run", "engine"),
         parts.wrap(planner.VirtualBlock, "_done", "records and next turns"),

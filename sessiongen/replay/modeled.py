@@ -67,7 +67,7 @@ class ModeledClock:
 
 def header(modeled_s: float, key: str) -> dict[str, str]:
     """The request headers that state its modeled arrival and its noise key
-    (:func:`sessiongen.sim.noise.request_key`)."""
+    (:func:`sessiongen.experiment.script.turn_key`)."""
     return {ARRIVAL_HEADER: repr(modeled_s), REQUEST_KEY_HEADER: key}
 
 
