@@ -324,8 +324,8 @@ def _measurement_problems(run: Run, f: Frames) -> list[Element]:
 
 
 def _lag_note(f: Frames) -> list[Element]:
-    """Lag that moved no figure: a note under its own heading after the Problems, not
-    one of them (the quick start's Problems carried it on a busy machine)."""
+    """Lag that moved no figure: a note after the Problems, not one of them (the quick
+    start's Problems carried it on a busy machine)."""
     lagged = int(f.lag["lagged"].sum()) if not f.lag.is_empty() else 0
     if not lagged or f.lag["moved"].any():
         return []
@@ -349,7 +349,7 @@ def _lag_note(f: Frames) -> list[Element]:
     else:
         text += "No figure here rests on them."
     # no evidence a figure moved: a note, not a warning
-    return [Heading("Notes"), Paragraph(text.strip())]
+    return [Paragraph(text.strip())]
 
 
 def _trust_problems(run: Run, f: Frames) -> list[Element]:
@@ -442,7 +442,8 @@ def _problems(run: Run, f: Frames) -> list[Element]:
                 f"errors, {_drift_summary(f)}."
             )
         ]
-    return [Heading("Problems"), *found, *passed, *basis, *_lag_note(f)]  # then any Notes
+    notes = [*passed, *basis, *_lag_note(f)]
+    return [Heading("Problems"), *found, *([Heading("Notes"), *notes] if notes else [])]
 
 
 def _headline(run: Run, f: Frames, figures: dict[str, Path], boot: Bootstrap) -> list[Element]:
