@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +45,10 @@ BLOCK = 512
 HOUR_MS = 3_600_000.0
 
 
-def write_trace(path: Path, requests: int, seed: int) -> float:
-    """The trace (module doc); returns its mean input length."""
+def write_trace(path: Path, requests: int, seed: int, *, flat: bool = False) -> float:
+    """The trace (module doc); returns its mean input length. ``flat``: as the published
+    conversation trace, no sessions: every request its own line at its own timestamp
+    (a later turn at the previous one's plus its delay), no session ids."""
     rng = np.random.default_rng(seed)
     systems = [list(range(10 * i, 10 * i + int(rng.integers(2, 10)))) for i in range(4)]
     next_id = 1000
@@ -78,6 +84,14 @@ def write_trace(path: Path, requests: int, seed: int) -> float:
         turns[0]["timestamp"] = round(float(start), 1)
         for row in turns:
             total += int(row["input_length"])  # type: ignore[call-overload]
+        if flat:
+            at = float(start)
+            for row in turns:
+                at += float(row.pop("delay", 0.0))  # type: ignore[arg-type]
+                del row["session_id"]
+                row["timestamp"] = round(at, 1)
+            lines += [(float(r["timestamp"]), orjson.dumps(r)) for r in turns]  # type: ignore[arg-type]
+            continue
         # A session's lines in order, sessions by their start (later turns only have a
         # delay: the reader places them after the previous answer).
         lines += [(float(start), orjson.dumps(row)) for row in turns]
@@ -170,21 +184,159 @@ def measure(folder: Path, tokens: Tokens, limit: int, replicas: int) -> None:
     )
 
 
+#: The end-to-end cases: (name, cache arms, plan options). A trace with no sessions
+#: placed ``fixed`` (request i on replica i mod N) is round-robin.
+CASES = (
+    ("one_arm", '["on"]', ["--seeds", "1"]),
+    ("both_arms", '["off", "on"]', ["--seeds", "1"]),
+    ("seeds3", '["off", "on"]', ["--seeds", "3"]),
+)
+STAGE_LINE = re.compile(r"^stage (.+): ([0-9.]+) s wall, ([0-9.]+) s CPU")
+DYNAMO = """
+import sys
+from dynamo.replay.api import run_trace_replay
+report = run_trace_replay(sys.argv[1], num_workers=int(sys.argv[2]), router_mode="round_robin",
+                          trace_block_size=int(sys.argv[3]),
+                          extra_engine_args={"engine": {"block_size": int(sys.argv[3])}})
+print("completed", report.summary["completed_requests"], "of", report.summary["num_requests"])
+"""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One child process: its wall, CPU (user + system, its children included) and peak
+    RSS, and the stages it printed (``plan --verbose``)."""
+
+    wall_s: float
+    cpu_s: float
+    peak_mib: float
+    stages: dict[str, tuple[float, float]]
+    load: float
+
+
+def timed(argv: list[str], cwd: Path) -> Timed:
+    """Run ``argv`` to its end and measure it (:class:`Timed`); its output is dropped
+    but for the stage lines, and a failure raises with its last lines."""
+    load = os.getloadavg()[0]
+    wall = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert child.stdout is not None
+    out = child.stdout.read()
+    # wait4 rather than Popen.wait: this child's own resource usage, not every child's
+    _pid, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - wall
+    text = out.decode(errors="replace")
+    if child.returncode:
+        raise SystemExit(f"{argv[:3]} failed:\n{text[-2000:]}")
+    stages = {}
+    for line in text.splitlines():
+        if m := STAGE_LINE.match(line):
+            stages[m[1]] = (float(m[2]), float(m[3]))
+    return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stages, load)
+
+
+def plan_argv(toml: Path, runs: Path, cache: str, options: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "sessiongen", "plan", str(toml), "--tokens", "shape",
+        "--jobs", "1", "--no-progress", "--no-sensitivity", "--verbose",
+        "--runs-dir", str(runs), "--set", f"design.cache={cache}",
+        "--set", f"design.blocks={cache}", *options,
+    ]  # fmt: skip
+
+
+def show(name: str, runs: list[Timed]) -> dict[str, float]:
+    """Print a case's runs and its quickest run's stages; its figures, flat."""
+    best = min(runs, key=lambda t: t.wall_s)
+    walls = ", ".join(f"{t.wall_s:.2f}" for t in runs)
+    print(
+        f"{name}: wall {walls} s; quickest: CPU {best.cpu_s:.2f} s, peak RSS "
+        f"{best.peak_mib:.0f} MiB (load average {best.load:.2f} at its start)"
+    )
+    figures = {
+        f"{name}.wall_s": round(best.wall_s, 2),
+        f"{name}.wall_max_s": round(max(t.wall_s for t in runs), 2),
+        f"{name}.cpu_s": round(best.cpu_s, 2),
+        f"{name}.peak_mib": round(best.peak_mib),
+        f"{name}.load": round(best.load, 2),
+        f"{name}.runs": len(runs),
+    }
+    for stage_name, (wall, cpu) in best.stages.items():
+        print(f"    {wall:7.3f} s wall {cpu:7.3f} s CPU  {stage_name}")
+        figures[f"{name}.stage.{stage_name}"] = round(wall, 3)
+    return figures
+
+
+def dynamo_available(python: str) -> str | None:
+    """None when ``python`` imports Dynamo's replay, else the reason it does not."""
+    probe = subprocess.run(
+        [python, "-c", "import dynamo.replay.api"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode == 0:
+        return None
+    return (probe.stderr.strip().splitlines() or ["exit status " + str(probe.returncode)])[-1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=12_000)
+    ap.add_argument("--requests", type=int, default=12_031)
     ap.add_argument("--replicas", type=int, default=8)
-    ap.add_argument("--exact-requests", type=int, default=1500)
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each case (the quickest kept)")
+    ap.add_argument("--against", choices=["dynamo"], help="also time Dynamo's offline replay")
+    ap.add_argument("--dynamo-python", default=sys.executable, help="the interpreter with Dynamo")
+    ap.add_argument("--parts", action="store_true", help="the in-process split of one block")
+    ap.add_argument("--exact-requests", type=int, default=1500, help="with --parts")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}")
+    figures: dict[str, float | str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        mean = write_trace(folder / "trace.jsonl", args.requests, seed=21)
-        print(f"trace: {args.requests:,} requests, {mean:,.0f} input tokens on average")
-        measure(folder, "shape", args.requests, args.replicas)
-        if args.exact_requests:
-            measure(folder, "exact", args.exact_requests, args.replicas)
+        if args.parts:
+            mean = write_trace(folder / "trace.jsonl", args.requests, seed=21)
+            measure(folder, "shape", args.requests, args.replicas)
+            if args.exact_requests:
+                measure(folder, "exact", args.exact_requests, args.replicas)
+            return
+        mean = write_trace(folder / "trace.jsonl", args.requests, seed=21, flat=True)
+        print(
+            f"trace: {args.requests:,} requests, no sessions, {mean:,.0f} input tokens on average"
+        )
+        toml = folder / "plan.toml"
+        toml.write_text(SCENARIO.format(block=BLOCK, limit=args.requests, replicas=args.replicas))
+        for name, cache, options in CASES:
+            runs = [
+                timed(plan_argv(toml, folder / "runs", cache, options), Path.cwd())
+                for _ in range(args.repeat)
+            ]
+            figures |= show(name, runs)
+        if args.against == "dynamo":
+            figures |= against_dynamo(args, folder, figures)
     print(f"load average after: {os.getloadavg()}")
+    # a sibling bench script; imported here, as tests import write_trace from bench.plan_trace
+    from _docs import record
+
+    documented = ap.parse_args([])
+    documented.against, documented.dynamo_python = args.against, args.dynamo_python
+    record("plan-trace", figures, args=args, documented=documented)
+
+
+def against_dynamo(
+    args: argparse.Namespace, folder: Path, ours: dict[str, float | str]
+) -> dict[str, float | str]:
+    """Dynamo's offline replay of the same trace, timed the same way, and the ratios."""
+    why = dynamo_available(args.dynamo_python)
+    if why is not None:
+        print(f"dynamo: skipped ({args.dynamo_python} cannot import dynamo.replay.api: {why})")
+        return {}
+    argv = [args.dynamo_python, "-c", DYNAMO, str(folder / "trace.jsonl"),
+            str(args.replicas), str(BLOCK)]  # fmt: skip
+    runs = [timed(argv, folder) for _ in range(args.repeat)]
+    figures: dict[str, float | str] = dict(show("dynamo", runs))
+    for name in ("one_arm", "both_arms"):
+        ratio = float(figures["dynamo.wall_s"]) / float(ours[f"{name}.wall_s"])
+        figures[f"ratio.{name}"] = round(ratio, 2)
+        print(f"dynamo wall / {name} wall: {ratio:.2f}x")
+    return figures
 
 
 if __name__ == "__main__":

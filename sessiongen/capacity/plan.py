@@ -68,6 +68,7 @@ from sessiongen.capacity.virtual import (
 )
 from sessiongen.errors import UserError
 from sessiongen.infra.files import ensure_dir, output_error
+from sessiongen.infra.stages import stage
 from sessiongen.records import io
 from sessiongen.records.run import Run, load_run
 from sessiongen.report.whatif import (
@@ -107,7 +108,8 @@ def plan(
     sweep = sweep or SweepOptions()
     sweep.check()
     check_decision(seeds, pays_at)
-    grid = configs(path, overrides, varies)
+    with stage("scenario and grid"):
+        grid = configs(path, overrides, varies)
     out = new_plan_folder(runs_dir, "plan", grid[0].scenario.name)
     whatif, turn_frame = run_grid(
         path, overrides, varies, out, tokens=tokens, progress=progress, sweep=sweep,
@@ -115,13 +117,16 @@ def plan(
     )  # fmt: skip
     whatif = with_verdicts(whatif, pays_at)
     if sensitivity:
-        whatif = sensitivity_of(
-            path, overrides, varies, grid, out, whatif, rows=whatif_rows, tokens=tokens,
-            sweep=sweep, on_done=on_config,
-        )  # fmt: skip
-    io.atomic_write_parquet(out / "turns.parquet", turn_frame)
-    io.atomic_write_parquet(out / "whatif.parquet", whatif)
-    write_whatif_report(out, whatif, turn_frame, grid, list(varies), seeds=seeds)
+        with stage("sensitivity (its runs and rows)"):
+            whatif = sensitivity_of(
+                path, overrides, varies, grid, out, whatif, rows=whatif_rows, tokens=tokens,
+                sweep=sweep, on_done=on_config,
+            )  # fmt: skip
+    with stage("plan tables written"):
+        io.atomic_write_parquet(out / "turns.parquet", turn_frame)
+        io.atomic_write_parquet(out / "whatif.parquet", whatif)
+    with stage("report and figures"):
+        write_whatif_report(out, whatif, turn_frame, grid, list(varies), seeds=seeds)
     return out
 
 
@@ -162,17 +167,18 @@ def run_grid(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every (configuration, replicate) as one sweep task, each run folder written under
     ``out/configs``; the what-if rows (replicates pooled) and per-turn rows in grid order."""
-    grid = configs(path, overrides, varies)
-    draws = profile_draws(grid[0].scenario)
-    profile = grid[0].scenario.target.sim.profile
-    base = grid[0].scenario.seed
-    grids = [grid] + [
-        configs(path, [*overrides, *replicate_sets(k, base, draws, profile=profile)], varies)
-        for k in range(1, seeds)
-    ]
-    for g in grids:  # before anything runs, and here rather than in a worker
-        for config in g:
-            check_plannable(config.scenario)
+    with stage("scenario and grid"):
+        grid = configs(path, overrides, varies)
+        draws = profile_draws(grid[0].scenario)
+        profile = grid[0].scenario.target.sim.profile
+        base = grid[0].scenario.seed
+        grids = [grid] + [
+            configs(path, [*overrides, *replicate_sets(k, base, draws, profile=profile)], varies)
+            for k in range(1, seeds)
+        ]
+        for g in grids:  # before anything runs, and here rather than in a worker
+            for config in g:
+                check_plannable(config.scenario)
     pairs = [(c, k) for c in grid for k in range(seeds)]
     alone = sweep.executor == "local" and sweep.workers(len(pairs)) == 1
     tasks = [
@@ -183,28 +189,38 @@ def run_grid(
 
     def finished(i: int, planned: PlannedRun) -> None:
         config, k = pairs[i]
-        run_dirs[config.index, k] = write_run(
-            out / "configs" / replicate_folder(config, k), planned
-        )
+        with stage("run folders written"):
+            run_dirs[config.index, k] = write_run(
+                out / "configs" / replicate_folder(config, k), planned
+            )
         if on_config is not None:
             on_config(config, run_dirs[config.index, k])
 
-    run_all(plan_config, tasks, sweep, finished)
+    # every block's engine, its trace read, prompts and records (in this process, each
+    # block is also its own stage: infra.progress times it)
+    with stage("configurations planned (blocks, trace read, prompts, records)"):
+        run_all(plan_config, tasks, sweep, finished)
     proof = evidence(grid[0].scenario)
     turns, rows = [], []
     for config in grid:  # in grid order, whatever order they finished in
-        runs = [load_run(run_dirs[config.index, k]) for k in range(seeds)]
-        kept = [runs[i] for i in distinct(runs)]  # a repeated replicate learned nothing
-        run = pooled(kept)
+        with stage("run folders read and pooled"):
+            runs = [load_run(run_dirs[config.index, k]) for k in range(seeds)]
+            kept = [runs[i] for i in distinct(runs)]  # a repeated replicate learned nothing
+            run = pooled(kept)
         tag = {"config": config.index, "label": config.label, **config.values}
-        turns.append(turn_table(run).with_columns(*_lits(tag)))
-        row = whatif_rows(run).join(replicate_spread(kept), on=ARM, how="left", nulls_equal=True)
-        row = row.join(arm_stability(kept), on=ARM, how="left", nulls_equal=True)
-        busy = in_flight_table(pooled(kept, blocks_apart=True), wide=True)
-        row = row.join(busy, on=ARM, how="left", nulls_equal=True)
+        with stage("turn table"):
+            turns.append(turn_table(run).with_columns(*_lits(tag)))
+        with stage("decision (what-if rows and their bootstrap)"):
+            row = whatif_rows(run)
+        with stage("replicate spread, stability, in flight"):
+            row = row.join(replicate_spread(kept), on=ARM, how="left", nulls_equal=True)
+            row = row.join(arm_stability(kept), on=ARM, how="left", nulls_equal=True)
+            busy = in_flight_table(pooled(kept, blocks_apart=True), wide=True)
+            row = row.join(busy, on=ARM, how="left", nulls_equal=True)
         drawn = seeds - 1 if draws else 0
         closed = config.scenario.load.arrival == "closed" and not run.trace
-        row = with_uncertainty(row, proof.model_error, drawn=drawn > 0, closed=closed)
+        with stage("model error"):
+            row = with_uncertainty(row, proof.model_error, drawn=drawn > 0, closed=closed)
         rows.append(
             row.with_columns(
                 pl.lit(seeds).alias("replicates"),

@@ -10,6 +10,7 @@ import click
 from sessiongen.cli.common import (
     set_option,
 )
+from sessiongen.infra.stages import TIMER, stage
 
 
 @click.command("plan")
@@ -104,6 +105,12 @@ from sessiongen.cli.common import (
     "the table says which parameter flips a verdict.",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Print each stage's wall and CPU seconds at the end (start-up, the configurations' "
+    "blocks, the decision, the report, ...; stages in worker processes are not split).",
+)
 @set_option
 def plan_cmd(
     scenario_file: str,
@@ -121,6 +128,7 @@ def plan_cmd(
     find_steps: int,
     sensitivity: bool,
     progress: bool,
+    verbose: bool,
     overrides: tuple[str, ...],
 ) -> None:
     """Answer what-if questions on the simulator's virtual clock (no server, no waiting).
@@ -137,10 +145,13 @@ def plan_cmd(
     --pays-at. --find KEY=LOW:HIGH bisects one key for where the verdict changes
     (--find-by objective: where each arm stops meeting the objective).
     """
-    from sessiongen.analysis.whatif import Config, Vary
-    from sessiongen.capacity import plan as plan_mod
-    from sessiongen.capacity.sweep import Executor, SweepOptions
-    from sessiongen.capacity.virtual import Tokens
+    if verbose:
+        TIMER.start(since_process_start="start-up (interpreter, imports, options)")
+    with stage("planner imported"):
+        from sessiongen.analysis.whatif import Config, Vary
+        from sessiongen.capacity import plan as plan_mod
+        from sessiongen.capacity.sweep import Executor, SweepOptions
+        from sessiongen.capacity.virtual import Tokens
 
     parsed = [Vary.parse(v) for v in varies]
     sets = (*((f"target.sim.profile={profile}",) if profile else ()), *overrides)
@@ -193,6 +204,9 @@ def plan_cmd(
         pays_at=pays_at,
         sensitivity=sensitivity,
     )
-    click.echo(plan_mod.console_table(out, parsed))
+    with stage("console table"):
+        click.echo(plan_mod.console_table(out, parsed))
     click.echo(f"plan: {out}")
     click.echo(f"report: {out / 'report' / 'report.md'}")
+    for line in TIMER.lines() if verbose else ():
+        click.echo(line, err=True)

@@ -9,7 +9,8 @@
   clean-up, never cuts it short; ``asyncio.run`` whose signals cancel at an ``await``;
 - :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them;
 - :mod:`.progress`: a block's console progress: a bar on a terminal, bounded plain lines
-  elsewhere (replay's and the planner's).
+  elsewhere (replay's and the planner's);
+- :mod:`.stages`: wall and CPU time per named stage of a command (``plan --verbose``).
 
 Nothing here imports any other part of sessiongen but :mod:`sessiongen.errors`.
 """

@@ -12,6 +12,10 @@ above the bar (``logging_redirect_tqdm``), never into one of its frames. Anywher
 
 so a 2-minute replay writes a dozen lines, not thousands of carriage-return frames. The
 rate is always turns per (wall) second, the mean since the block started.
+
+A block's wall and CPU time, from its progress's start to its close, is its stage
+``block DESC`` of :mod:`.stages` (``plan --verbose``; the planner's blocks are timed
+here, from outside the engine's modules).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any, Protocol, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
+
+from sessiongen.infra.stages import TIMER
 
 #: Seconds between plain progress lines when the console is not a terminal.
 LINE_EVERY_S = 15.0
@@ -85,6 +91,7 @@ class BlockProgress:
         self._started = clock()
         self._shown_at = self._started
         self._closed = False
+        self._timed = (time.perf_counter(), time.process_time())
         self._redirect = contextlib.ExitStack()
         self._bar: tqdm[Any] | None = None
         self._lines = enabled and not (
@@ -148,6 +155,12 @@ class BlockProgress:
         if self._closed:
             return
         self._closed = True
+        wall, cpu = self._timed
+        TIMER.add(
+            f"block {self.desc}",
+            wall_s=time.perf_counter() - wall,
+            cpu_s=time.process_time() - cpu,
+        )
         if self._bar is not None:
             self._bar.set_postfix_str(self.figures(), refresh=False)
             self._bar.close()
