@@ -40,8 +40,7 @@ from sessiongen.errors import ScenarioError
 from sessiongen.experiment.facts import Placed, TurnFacts, warmup_placed
 from sessiongen.experiment.head import block_entry, run_head
 from sessiongen.experiment.script import BlockScript, Send
-from sessiongen.experiment.warmups import Warmup, warmups
-from sessiongen.experiment.warmups import warmup_tokens as warmup_length
+from sessiongen.experiment.warmups import Warmup, warmup_tokens, warmups
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
 from sessiongen.records import io
@@ -297,12 +296,6 @@ def check_plannable(scenario: Scenario) -> None:
             )
 
 
-def warmup_tokens(scenario: Scenario) -> int:
-    """Replay's warm-up length on the simulator
-    (:func:`~sessiongen.experiment.warmups.warmup_tokens`)."""
-    return warmup_length(scenario.design.warmup_tokens, scenario.target.sim.pool_chunk_tokens)
-
-
 def plan_target(scenario: Scenario, mode: str, engine: str) -> TargetInfo:
     """The manifest's ``target`` of a plan run (``engine``: which engine planned it,
     ``compiled`` or ``python``; they give the same records)."""
@@ -375,6 +368,9 @@ def plan_run(
     world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
     prompts = Prompts(scenario, world, salt, tokens)
     plan = plan_blocks(scenario, list(scenario.design.blocks))
+    # replay's warm-up length on the simulated pair, whose pool chunk is the profile's
+    profile = scenario.target.sim
+    warm_tokens = warmup_tokens(scenario.design.warmup_tokens, profile.pool_chunk_tokens)
     manifest = run_head(
         scenario,
         run_id=run_id,
@@ -420,7 +416,7 @@ def plan_run(
             emit,
             start_s=start,
             engine=engine,
-            warmup_tokens=warmup_tokens(scenario),
+            warmup_tokens=warm_tokens,
         )
         with _no_collections():
             took = runner.run()
