@@ -101,11 +101,10 @@ class Prompts:
         return self.world.prepare(raw, self.scenario.model.api)
 
     def exact_turns(self, session: Session) -> list[Turn]:
-        live = self.scenario.sessions.history == "live"
         answers: list[str] = []
         out: list[Turn] = []
         for k in range(1, session.turns + 1):
-            req = session.request(k, answers if live else None)
+            req = session.request(k, answers)
             job = self.prepare(req)
             output = job.output or self.world.complete(job, pool_hit=0)[0]
             answers.append(output.text)

@@ -315,8 +315,7 @@ async def _turn(
 ) -> Send | None:
     """Send one turn, record it, and tell the script: the request due next, if any."""
     said = answers.setdefault(send.session, [])
-    live = ctx.scenario.sessions.history == "live"
-    req = sessions[send.session].request(send.turn, said if live else None)
+    req = sessions[send.session].request(send.turn, said)
     res, served = await routing.send(ctx, req, replica=send.replica, headers=clock.headers(send))
     end = clock.end_of(res)
     ok = res.ok and end is not None

@@ -94,7 +94,8 @@ class Session:
         self._parts = None
 
     def request(self, turn: int, answers: Sequence[str] | None = None) -> TurnRequest:
-        """Turn ``turn`` (1-based). In live mode ``answers`` are the real answers so far."""
+        """Turn ``turn`` (1-based). ``answers``: the real answers so far, which the live
+        history mode sends back (the other modes send their own, or none)."""
         if not 1 <= turn <= self.turns:
             raise ValueError(f"turn {turn} outside 1..{self.turns}")
         return self.builder.source.request(self, turn, self.texts(), answers)
