@@ -43,6 +43,7 @@ import polars as pl
 
 from sessiongen import scenario
 from sessiongen.capacity import virtual as planner
+from sessiongen.experiment import script
 from sessiongen.records.run import load_run
 from sessiongen.sim import compiled
 from sessiongen.sim import virtual as sim_virtual
@@ -102,7 +103,7 @@ class Parts:
 def timed_parts(parts: Parts) -> Iterator[None]:
     undo = [
         parts.wrap(planner.Prompts, "turns", "sessions' prompts"),
-        parts.wrap(planner.BlockScript, "start_next", "sessions' prompts"),
+        parts.wrap(script.BlockScript, "start_next", "sessions' prompts"),
         parts.wrap(sim_virtual.VirtualDriver, "submit", "submitting (keys, hashing)"),
         parts.wrap(sim_virtual.VirtualDriver, "run", "engine"),
         parts.wrap(planner.VirtualBlock, "_done", "records and next turns"),
