@@ -2,7 +2,14 @@
 
 - :mod:`.fit`: ``sessiongen fit``: the timing profile from real runs' records, with
   bootstrap intervals, what the runs leave unidentified, and residuals, written as a
-  profile file a scenario can load;
+  profile file a scenario can load (its names in use come from there);
+- :mod:`.fitted`: the fitted profile (:class:`~.fitted.Fit`): values, intervals, joint
+  draws, and the keys and constants the fit and its file share;
+- :mod:`.fitdata`: the requests a fit stands on (those that ran alone, from run folders)
+  as arrays, and what the manifests tell it (KV size, hardware);
+- :mod:`.fitstats`: how far requests stray from a fit: residuals, measurement error,
+  the service-time noise;
+- :mod:`.fitprofile`: a fit written out: the profile TOML and its plain-text summary;
 - :mod:`.estimate`: the fit's numerics on arrays (design, IRLS, identification, the
   stratified two-stage bootstrap), pure and seeded;
 - :mod:`.virtual`: a scenario replayed on the simulator's virtual clock (the served
