@@ -11,8 +11,10 @@ import polars as pl
 from sessiongen import analysis
 from sessiongen.analysis.stats import Bootstrap
 from sessiongen.records.run import Run
+from sessiongen.report.cautions import report_cautions
+from sessiongen.report.frames import Frames
 from sessiongen.report.plots import FIGURE_NAMES
-from sessiongen.report.write import Frames, build_blocks, report_cautions
+from sessiongen.report.write import build_blocks
 from tests.support.synthetic import SyntheticSpec, write_run
 
 SPEC = SyntheticSpec(placements=("alternate",), sessions=8, turns=3, noise_sigma=0.02)

@@ -15,8 +15,8 @@ from sessiongen.calibrate import measure
 from sessiongen.calibrate.verdict import figure_lines, tail_text, verdict
 from sessiongen.cli import cli
 from sessiongen.records.run import load_run
+from sessiongen.report.describe import overhead_section
 from sessiongen.report.document import Bullets, Heading, Paragraph
-from sessiongen.report.write import _overhead
 from tests.support.synthetic import SyntheticSpec, write_run
 
 
@@ -135,7 +135,7 @@ def test_the_report_shows_a_runs_calibration_as_calibrate_prints_it(tmp_path: Pa
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["calibration"] = {**figures(), "verdict": verdict(figures())}
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    shown = _overhead(load_run(run_dir))
+    shown = overhead_section(load_run(run_dir))
     assert shown[0] == Heading("Client overhead (calibration)")
     assert shown[1] == Paragraph(f"Verdict: {verdict(figures())}.")
     assert shown[3] == Bullets(tuple(figure_lines(figures())))

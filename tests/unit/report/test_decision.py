@@ -12,8 +12,8 @@ from sessiongen import scenario
 from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.records.run import Run, load_run
 from sessiongen.report import decision
+from sessiongen.report.cautions import point_to_problems
 from sessiongen.report.document import Element, Heading, Paragraph, Table
-from sessiongen.report.write import _point_to_problems
 from tests.support.paths import ROOT
 
 
@@ -94,7 +94,7 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
         Paragraph("Measurement error above 2% ...", warning=True),
         Paragraph("Late arrivals ...", warning=True),
     ]
-    _point_to_problems(blocks)
+    point_to_problems(blocks)
     note = blocks[3]
     assert isinstance(note, Paragraph) and note.warning
     assert note.text == "Read these verdicts with the 2 problems under Problems, below."
@@ -103,7 +103,7 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
         Heading("Limits of this run"),
         Paragraph("Only 2 sessions per arm ...", warning=True),
     ]
-    _point_to_problems(limited)
+    point_to_problems(limited)
     assert limited[3] == Paragraph(
         "Read these verdicts with the 1 limit under Limits of this run, below.", warning=True
     )
@@ -114,7 +114,7 @@ def test_the_decision_points_to_the_problems_below_it() -> None:
         Heading("Problems"),
         Paragraph("None found."),
     ]
-    _point_to_problems(clean)
+    point_to_problems(clean)
     assert len(clean) == 5
 
 

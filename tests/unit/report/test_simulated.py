@@ -12,8 +12,9 @@ import polars as pl
 from sessiongen import analysis
 from sessiongen.analysis.stats import Bootstrap
 from sessiongen.report.document import Bullets, Heading, Paragraph
+from sessiongen.report.frames import Frames
 from sessiongen.report.plots import FIGURE_NAMES
-from sessiongen.report.write import Frames, build_blocks
+from sessiongen.report.write import build_blocks
 from tests.support.synthetic import SyntheticSpec, write_run
 
 SPEC = SyntheticSpec(placements=("alternate",), sessions=5, turns=2, warmup=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from sessiongen.report.write import _simulated_note
+from sessiongen.report.describe import _simulated_note
 
 
 def _run(kind: str) -> Any:
