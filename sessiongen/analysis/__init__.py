@@ -20,6 +20,9 @@
 - :mod:`.summary`: one row per cell, the headline metrics (``summary.csv``, the trend);
 - :mod:`.routing`: routers in the loop: sessions moved, replicas known, the pool's gain;
 - :mod:`.compare`: runs against runs (run-to-run noise, Holm over cells, failures);
+  its cells' data and resampling in :mod:`.comparecells`, their tests and decisions in
+  :mod:`.comparetests`, the run-to-run noise (given, replicates, assumed; per cell) in
+  :mod:`.runnoise`;
 - :mod:`.payoff`: does the pool pay: a run reduced to what-if rows and their verdicts, one
   reading for a plan and a replay;
 - :mod:`.whatif`: the what-if table's columns and what they mean, ``--vary`` options and
@@ -44,13 +47,7 @@ from sessiongen.analysis.checks import (
     contamination_expr,
     needle_grades,
 )
-from sessiongen.analysis.compare import (
-    DEFAULT_RUN_NOISE,
-    EXIT_CODES,
-    Comparison,
-    RunNoise,
-    compare_runs,
-)
+from sessiongen.analysis.compare import EXIT_CODES, Comparison, compare_runs
 from sessiongen.analysis.correctness import LOGPROB_TOL, VERDICTS
 from sessiongen.analysis.drift import (
     DRIFT_MIN,
@@ -90,6 +87,7 @@ from sessiongen.analysis.routing import (
     replica_moves,
     routing_headline,
 )
+from sessiongen.analysis.runnoise import DEFAULT_RUN_NOISE, RunNoise
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from sessiongen.analysis.summary import run_summary
 from sessiongen.analysis.verdicts import (

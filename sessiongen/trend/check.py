@@ -48,8 +48,8 @@ import polars as pl
 from numpy.typing import NDArray
 
 from sessiongen.analysis import stats
-from sessiongen.analysis.compare import RunNoise
 from sessiongen.analysis.frames import rows_frame
+from sessiongen.analysis.runnoise import RunNoise
 from sessiongen.analysis.stats import expanded_conf
 from sessiongen.errors import UserError
 from sessiongen.records.format import CELL_KEYS as CELL

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from sessiongen import analysis
 from sessiongen.analysis import stats
-from sessiongen.analysis.compare import DEFAULT_RUN_NOISE, RunNoise
+from sessiongen.analysis.runnoise import DEFAULT_RUN_NOISE, RunNoise
 from sessiongen.cli import cli
 from sessiongen.errors import RunDirError
 from sessiongen.records.format import CELL_KEYS

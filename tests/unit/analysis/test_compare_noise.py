@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from sessiongen import analysis
-from sessiongen.analysis.compare import DEFAULT_RUN_NOISE, NOISE_LEVEL
+from sessiongen.analysis.runnoise import DEFAULT_RUN_NOISE, NOISE_LEVEL
 from sessiongen.records.format import CELL_KEYS
 from tests.support.synthetic import SyntheticSpec, with_changes, write_run
 
