@@ -17,13 +17,19 @@
 - :mod:`.notebook`: ``sessiongen notebook``, the analysis notebook executed on a run.
 """
 
-from sessiongen.report.cautions import read_cautions, report_cautions
-from sessiongen.report.write import (
-    SUMMARY_COLUMNS,
-    run_cautions,
-    summary_frame,
-    write_report,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sessiongen.report.cautions import read_cautions, report_cautions
+    from sessiongen.report.write import (
+        SUMMARY_COLUMNS,
+        run_cautions,
+        summary_frame,
+        write_report,
+    )
 
 __all__ = [
     "SUMMARY_COLUMNS",
@@ -33,3 +39,22 @@ __all__ = [
     "summary_frame",
     "write_report",
 ]
+
+#: Where each export lives. Imported when first used (PEP 562), so a module of this
+#: package (the planner's ``whatif``) does not import the run report's stack (its
+#: figures, the client's overhead section, aiohttp): 1 s of a plan's start-up.
+_HOMES = {
+    "read_cautions": "cautions",
+    "report_cautions": "cautions",
+    "SUMMARY_COLUMNS": "write",
+    "run_cautions": "write",
+    "summary_frame": "write",
+    "write_report": "write",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

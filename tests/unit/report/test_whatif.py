@@ -17,7 +17,7 @@ from sessiongen.analysis.whatif import Vary
 from sessiongen.capacity.plan import plan
 from sessiongen.capacity.sweep import SweepOptions
 from sessiongen.records.run import load_run
-from sessiongen.report.whatif import whatif_figure
+from sessiongen.report.whatifplot import whatif_figure
 from tests.support.paths import ROOT
 
 SMOKE = ROOT / "scenarios" / "smoke.toml"
