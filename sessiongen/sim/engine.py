@@ -8,8 +8,9 @@ A :class:`Replica` is one replica's face to its HTTP app: its metrics and its re
 The engine is the compiled one where it was built, else the Python one
 (:mod:`sessiongen.sim.compiled`; ``SESSIONGEN_ENGINE`` or ``engine=`` force one): both
 hear the same arrivals and give the same modeled times to the bit
-(``tests/unit/sim/test_served_engines.py``); the compiled one takes a fraction of the
-loop's time per step, which is what lets one core serve a trace's rate in wall time.
+(``tests/unit/sim/test_served_engines.py``); the compiled one takes less of the event
+loop's time per step, which every HTTP handler shares (``bench/served_rate.py`` measures
+the rate one process sustains).
 
 Time: modeled seconds times ``time_scale`` are wall seconds, counted from the world's
 epoch on the loop clock. A request arrives at the modeled time of its handler's entry
