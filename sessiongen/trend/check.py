@@ -36,448 +36,48 @@ answered every needle right.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import polars as pl
-from numpy.typing import NDArray
 
-from sessiongen.analysis import stats
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.analysis.runnoise import RunNoise
-from sessiongen.analysis.stats import expanded_conf
 from sessiongen.errors import UserError
 from sessiongen.records.format import CELL_KEYS as CELL
+from sessiongen.trend.counts import ERROR_ALPHA, count_findings
+from sessiongen.trend.series import (
+    METRICS,
+    WINDOW,
+    Finding,
+    Nights,
+    Series,
+    cells_of,
+    metric_series,
+    night_groups,
+)
 from sessiongen.trend.stepdetect import (
-    StepFit,
-    fit_steps,
-    latest_shift,
     pooled_night_noise,
-    sigma_from_ci,
 )
-from sessiongen.trend.store import changed_versions, load_store
+from sessiongen.trend.store import load_store
 
-#: Nights fitted per series (the newest ones): enough history for a baseline, and the
-#: exact fit stays fast (its cost grows with the cube of the nights on flat series).
-WINDOW = 90
+# The check's front: what callers and docs' figures take from here; the series and the
+# counts live in :mod:`.series` and :mod:`.counts`.
+__all__ = [
+    "ERROR_ALPHA",
+    "FINDING_SCHEMA",
+    "WINDOW",
+    "CheckResult",
+    "Finding",
+    "check_groups",
+    "store_run_noise",
+    "trend_check",
+]
 
-
-@dataclass(frozen=True)
-class Metric:
-    """A fitted series: its column, interval, standard-error and session-count columns,
-    and which direction is worse."""
-
-    name: str
-    column: str
-    ci_low: str
-    ci_high: str
-    log_se: str
-    sessions: str
-    higher_is_worse: bool
-    cache: str | None = None  # only rows of this cache arm carry the metric
-
-
-METRICS = (
-    Metric("ttft", "median_ttft_s", "ci_low_s", "ci_high_s", "ttft_log_se", "sessions", True),
-    Metric(
-        "speedup",
-        "speedup",
-        "speedup_ci_low",
-        "speedup_ci_high",
-        "speedup_log_se",
-        "speedup_sessions",
-        False,
-        cache="on",
-    ),
-)
-#: The level of the stored intervals (95%, expanded for the session count: Hesterberg).
-STORED_CONF = 0.95
-#: Count metrics that are regressions at any size on the newest night.
-ANY_SIZE = ("cache_failures", "contamination")
-
-
-# --- series ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Nights:
-    """The runs of one folder, target kind and time scale, oldest first (at most ``window``).
-
-    Runs of a simulated target made at different time scales carry different
-    measurement errors (the client's lateness divided by the scale), so they form
-    separate series, never one that would show a "change" at the night the scale did.
-    """
-
-    folder: str
-    target_kind: str
-    run_ids: tuple[str, ...]
-    labels: tuple[str, ...]  # night dates
-    versions: tuple[dict[str, str], ...]
-    time_scale: float = 1.0
-    several_scales: bool = False  # the folder holds nights at more than one time scale
-
-    @property
-    def key(self) -> str:
-        scale = f", time scale {self.time_scale:g}" if self.several_scales else ""
-        return f"{self.folder} [{self.target_kind}{scale}]"
-
-
-class TrendCell(TypedDict, total=False):
-    """A series' cell (:data:`CELL`): no ``cache`` for a speedup, which spans both arms."""
-
-    placement: str
-    cache: str
-    context_tokens: int
-    turn: int
-
-
-class Finding(TypedDict, total=False):
-    """A regression or improvement: a row of :data:`FINDING_SCHEMA` but where it was found."""
-
-    kind: str  # regression | improvement
-    metric: str
-    started: str  # night (date) of the first run at the new level
-    started_run: str
-    nights: int
-    before: float | None
-    after: float
-    change: float  # fitted metrics
-    detail: str  # counted metrics
-    versions_changed: str
-    placement: str  # the cell of a fitted metric
-    cache: str
-    context_tokens: int
-    turn: int
-
-
-def _cell(keys: Sequence[str], key: tuple[Any, ...]) -> TrendCell:
-    """A partition's key (polars' values for ``keys``) as the cell it names."""
-    values = dict(zip(keys, key, strict=True))
-    cell: TrendCell = {
-        "placement": str(values["placement"]),
-        "context_tokens": int(values["context_tokens"]),
-        "turn": int(values["turn"]),
-    }
-    if "cache" in values:
-        cell["cache"] = str(values["cache"])
-    return cell
-
-
-@dataclass(frozen=True)
-class Series:
-    """One metric of one cell over the nights, with its fit and the finding, if any."""
-
-    metric: Metric
-    cell: TrendCell
-    values: NDArray[np.float64]  # NaN where a night has no value
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    fit: StepFit
-    finding: Finding | None
-
-
-def night_groups(
-    frame: pl.DataFrame, window: int | None = WINDOW
-) -> list[tuple[Nights, pl.DataFrame]]:
-    """The store split by folder, target kind and time scale, each with its (newest) nights."""
-    out = []
-    scaled = with_time_scale(frame)
-    counts = scaled.group_by("folder", "target_kind").agg(pl.col("_scale").n_unique())
-    several = {
-        (r["folder"], r["target_kind"]) for r in counts.iter_rows(named=True) if r["_scale"] > 1
-    }
-    groups = scaled.partition_by(
-        "folder", "target_kind", "_scale", as_dict=True, maintain_order=True
-    )
-    for (folder, kind, scale), sub in groups.items():
-        runs = sub.select("run_id", "started_at", "night", "versions").unique("run_id")
-        runs = runs.sort("started_at", "run_id")
-        if window:
-            runs = runs.tail(window)
-        nights = Nights(
-            str(folder),
-            str(kind),
-            tuple(runs["run_id"].to_list()),
-            tuple(runs["night"].to_list()),
-            tuple(json.loads(v) for v in runs["versions"].to_list()),
-            float(scale),
-            (folder, kind) in several,
-        )
-        out.append((nights, sub.filter(pl.col("run_id").is_in(list(nights.run_ids)))))
-    return out
-
-
-def with_time_scale(frame: pl.DataFrame) -> pl.DataFrame:
-    """The store's rows with ``_scale``: their run's time scale (stores written before the
-    column existed: the simulator profile's in ``versions``, else 1)."""
-    from_versions = (
-        pl.col("versions").str.json_path_match("$['sim.time_scale']").cast(pl.Float64, strict=False)
-    )
-    column = pl.col("time_scale") if "time_scale" in frame.columns else pl.lit(None)
-    return frame.with_columns(
-        _scale=pl.coalesce(column.cast(pl.Float64), from_versions, pl.lit(1.0))
-    )
-
-
-def _aligned(sub: pl.DataFrame, nights: Nights, column: str) -> NDArray[np.float64]:
-    """A column of one cell's rows as an array over the nights (NaN where missing, and
-    everywhere when an older store lacks the column)."""
-    index = {rid: i for i, rid in enumerate(nights.run_ids)}
-    out = np.full(len(nights.run_ids), np.nan)
-    if column not in sub.columns:
-        return out
-    for rid, value in zip(sub["run_id"].to_list(), sub[column].to_list(), strict=True):
-        if value is not None:
-            out[index[rid]] = float(value)
-    return out
-
-
-def _judge(
-    metric: Metric,
-    fit: StepFit,
-    nights: Nights,
-    values: NDArray[np.float64],
-    threshold: float,
-    min_nights: int,
-) -> Finding | None:
-    """A regression or improvement when the newest level moved past the threshold."""
-    shift = latest_shift(fit)
-    if shift is None or shift.nights < min_nights:
-        return None
-    delta = shift.after - shift.before
-    worse = delta if metric.higher_is_worse else -delta
-    if abs(worse) <= math.log1p(threshold):
-        return None
-    earlier = np.flatnonzero(np.isfinite(values[: shift.at]))
-    prev = int(earlier[-1]) if earlier.size else shift.at
-    return {
-        "kind": "regression" if worse > 0 else "improvement",
-        "metric": metric.name,
-        "started": nights.labels[shift.at],
-        "started_run": nights.run_ids[shift.at],
-        "nights": shift.nights,
-        "before": math.exp(shift.before),
-        "after": math.exp(shift.after),
-        "change": math.expm1(delta),
-        "versions_changed": changed_versions(nights.versions[prev], nights.versions[shift.at]),
-    }
-
-
-@dataclass(frozen=True)
-class _Cell:
-    """One cell's series of a metric before fitting: values, interval, logs, sigmas."""
-
-    cell: TrendCell
-    values: NDArray[np.float64]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    log_se: NDArray[np.float64]
-    sessions: NDArray[np.float64]
-
-    @property
-    def logs(self) -> NDArray[np.float64]:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(self.values > 0, np.log(self.values), np.nan)
-
-    @property
-    def sigma(self) -> NDArray[np.float64]:
-        """Each night's sampling SD on the log scale: the stored standard error, else the
-        interval read at the level it was made at (:func:`night_sigma`)."""
-        return night_sigma(self.low, self.high, self.log_se, self.sessions)
-
-
-def night_sigma(
-    low: NDArray[np.float64],
-    high: NDArray[np.float64],
-    log_se: NDArray[np.float64],
-    sessions: NDArray[np.float64],
-) -> NDArray[np.float64]:
-    """A night's sampling SD on the log scale.
-
-    Stores since the standard error was kept (``*_log_se``) give it directly. Older ones
-    hold only the interval, a 95% interval *expanded* for the session count (Hesterberg's
-    :func:`~sessiongen.analysis.stats.expanded_conf`: 99.98% wide at 4 sessions, 98.9% at
-    8); reading it as a plain 95% interval made sigma 1.2-1.9x too large at 4-8
-    sessions, so night noise was underestimated. With the session count known the
-    interval is read at the level it was made at; without it, as 95% (the oldest stores).
-    """
-    conf = np.array(
-        [
-            expanded_conf(STORED_CONF, int(n)) if np.isfinite(n) and n >= 2 else STORED_CONF
-            for n in sessions
-        ]
-    )
-    from_ci = np.array(
-        [sigma_from_ci([lo], [hi], conf=c)[0] for lo, hi, c in zip(low, high, conf, strict=True)]
-    )
-    known = np.isfinite(log_se) & (log_se >= 0)
-    return np.where(known, log_se, from_ci)
-
-
-def _cells(frame: pl.DataFrame, nights: Nights, metric: Metric) -> list[_Cell]:
-    """Every cell's series of one metric, aligned on the nights."""
-    rows = frame.filter(pl.col(metric.column).is_not_null())
-    if metric.cache is not None:
-        rows = rows.filter(pl.col("cache") == metric.cache)
-    keys = [k for k in CELL if k != "cache" or metric.cache is None]
-    return [
-        _Cell(
-            _cell(keys, key),
-            _aligned(sub, nights, metric.column),
-            _aligned(sub, nights, metric.ci_low),
-            _aligned(sub, nights, metric.ci_high),
-            _aligned(sub, nights, metric.log_se),
-            _aligned(sub, nights, metric.sessions),
-        )
-        for key, sub in rows.partition_by(keys, as_dict=True, maintain_order=True).items()
-    ]
-
-
-def metric_series(
-    frame: pl.DataFrame, nights: Nights, metric: Metric, threshold: float, min_nights: int
-) -> list[Series]:
-    """Every cell's series of one metric, fitted and judged.
-
-    Each night's noise is its interval's plus the night-to-night noise ``tau``, pooled
-    over all the cells of this metric (:func:`~sessiongen.trend.stepdetect.pooled_night_noise`):
-    the store's history, not one series' few nights, says how much nights differ.
-    """
-    cells = _cells(frame, nights, metric)
-    prior = pooled_night_noise([(c.logs, c.sigma) for c in cells])
-    out = []
-    for c in cells:
-        fit = fit_steps(c.logs, c.sigma, night_noise_prior=prior, min_size=min(2, min_nights))
-        finding = _judge(metric, fit, nights, c.values, threshold, min_nights)
-        if finding is not None:
-            finding = {**finding, **c.cell}
-        out.append(Series(metric, c.cell, c.values, c.low, c.high, fit, finding))
-    return out
-
-
-def _legacy_cache_failures() -> pl.Expr:
-    """Per cell, for stores without ``cache_failures`` (see the module docstring)."""
-    wrong = (pl.col("needle_graded") - pl.col("needle_correct")).fill_null(0)
-    both_arms = pl.col("cache").n_unique() == 2
-    on_wrong = wrong.filter(pl.col("cache") == "on").sum()
-    off_wrong = wrong.filter(pl.col("cache") == "off").sum()
-    divergences = pl.col("divergences").fill_null(0).max()
-    needles = pl.when(both_arms & (off_wrong == 0)).then(on_wrong).otherwise(0)
-    return pl.when(both_arms).then(divergences).otherwise(0) + needles
-
-
-def cell_counts(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per run, placement, context and turn: cache failures, contamination and errors.
-
-    ``legacy`` marks cells counted from a store without ``cache_failures``.
-    """
-    if "cache_failures" not in frame.columns:
-        frame = frame.with_columns(cache_failures=pl.lit(None, dtype=pl.UInt32))
-    legacy = pl.col("cache_failures").is_null().all()
-    return frame.group_by("run_id", "placement", "context_tokens", "turn").agg(
-        cache_failures=pl.when(legacy)
-        .then(_legacy_cache_failures())
-        .otherwise(pl.col("cache_failures").fill_null(0).sum()),
-        contamination=pl.col("contamination").fill_null(0).sum(),
-        errors=pl.col("errors").fill_null(0).sum(),
-        requests=(pl.col("n").fill_null(0) + pl.col("errors").fill_null(0)).sum(),
-        legacy=legacy,
-    )
-
-
-def night_counts(frame: pl.DataFrame, nights: Nights) -> dict[str, NDArray[np.float64]]:
-    """Per night: cache failures, contamination, failed requests and all requests."""
-    names = (*ANY_SIZE, "errors", "requests")
-    totals = cell_counts(frame).group_by("run_id").agg(pl.col(*names).sum())
-    return {name: _aligned(totals, nights, name) for name in names}
-
-
-#: Level of the test that the newest nights' error rate is above the earlier nights'.
-ERROR_ALPHA = 0.01
-
-
-def errors_above_baseline(
-    errors: NDArray[np.float64], requests: NDArray[np.float64], start: int
-) -> bool:
-    """Whether nights ``start..`` (the newest ``min_nights``) fail requests more often
-    than the nights before them.
-
-    Failed requests have a rate of their own on every target (a replica's occasional
-    timeout); an alarm on any error at all fired night after night on a store whose rate
-    never changed. The newest nights' pooled rate is tested against the earlier nights'
-    (one-sided exact test, :func:`~sessiongen.analysis.stats.rate_exceeds`, level
-    :data:`ERROR_ALPHA`). With fewer than two earlier nights there is no baseline, and
-    errors on each of the newest nights are a finding, as before.
-    """
-    e = np.nan_to_num(errors)
-    r = np.nan_to_num(requests)
-    if start < 2 or r[:start].sum() <= 0:
-        return True
-    p = stats.rate_exceeds(
-        int(e[start:].sum()), int(r[start:].sum()), int(e[:start].sum()), int(r[:start].sum())
-    )
-    return p < ERROR_ALPHA
-
-
-def _count_detail(frame: pl.DataFrame, run_id: str, name: str) -> str:
-    """The cells of one night where a count is nonzero, briefly."""
-    night = frame.filter(pl.col("run_id") == run_id)
-    if name == "cache_failures":  # ON answers, judged per cell
-        rows = cell_counts(night).with_columns(cache=pl.lit("on"), _n=pl.col(name))
-    else:
-        rows = night.with_columns(_n=pl.col(name).fill_null(0), legacy=pl.lit(False))
-    rows = rows.filter(pl.col("_n") > 0).sort(*CELL)
-    parts = [
-        f"{r['placement']}/{r['cache']} {r['context_tokens']} t{r['turn']}: {r['_n']}"
-        for r in rows.iter_rows(named=True)
-    ]
-    text = ", ".join(parts[:3]) + (f" (+{len(parts) - 3} more)" if len(parts) > 3 else "")
-    if rows["legacy"].any():
-        text += " (store without cache_failures: counted from divergences and needle grades)"
-    return text
-
-
-def count_findings(frame: pl.DataFrame, nights: Nights, min_nights: int) -> list[Finding]:
-    """Correctness and contamination at any size on the newest night; persistent errors."""
-    out: list[Finding] = []
-    every = night_counts(frame, nights)
-    for name in (*ANY_SIZE, "errors"):
-        counts = every[name]
-        seen = np.nan_to_num(counts) > 0
-        trailing = len(seen) - (np.flatnonzero(~seen)[-1] + 1 if (~seen).any() else 0)
-        needed = 1 if name in ANY_SIZE else min_nights
-        if trailing < needed:
-            continue
-        start = len(seen) - trailing
-        if name == "errors":
-            newest = len(seen) - needed
-            if not errors_above_baseline(counts, every["requests"], newest):
-                continue
-            if newest >= 2:  # the rise is dated to the nights tested against the rest
-                start = newest
-                trailing = needed
-        prev = nights.versions[start - 1] if start else nights.versions[start]
-        out.append(
-            {
-                "kind": "regression",
-                "metric": name,
-                "started": nights.labels[start],
-                "started_run": nights.run_ids[start],
-                "nights": trailing,
-                "before": float(counts[start - 1]) if start else None,
-                "after": float(counts[-1]),
-                "detail": _count_detail(frame, nights.run_ids[-1], name),
-                "versions_changed": changed_versions(prev, nights.versions[start]),
-            }
-        )
-    return out
-
-
-# --- check -------------------------------------------------------------------------------
 
 FINDING_SCHEMA: dict[str, pl.DataType] = {
     "folder": pl.String(),
@@ -687,7 +287,7 @@ def store_run_noise(store: str | Path, run: Any) -> RunNoise:
             continue
         if len(nights.run_ids) < 3:
             break
-        cells = _cells(sub, nights, metric)
+        cells = cells_of(sub, nights, metric)
         tau = pooled_night_noise([(c.logs, c.sigma) for c in cells])
         diffs = sum(max(0, int(np.isfinite(c.logs).sum()) - 1) for c in cells)
         return RunNoise(

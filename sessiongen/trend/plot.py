@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from sessiongen.report import figures
-from sessiongen.trend.check import WINDOW, Nights, Series, check_groups
+from sessiongen.trend.check import check_groups
+from sessiongen.trend.series import WINDOW, Nights, Series
 from sessiongen.trend.store import load_store
 
 CACHE_COLORS = {"off": "#1f77b4", "on": "#ff7f0e", None: "#2ca02c"}

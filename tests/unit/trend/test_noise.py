@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sps
 
 from sessiongen.analysis.stats import expanded_conf
-from sessiongen.trend.check import night_sigma
+from sessiongen.trend.series import night_sigma
 from tests.support.trend_history import Night
 from tests.support.trend_suite import false_alarms, power, smoke_like_alarms
 
