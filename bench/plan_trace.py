@@ -1,21 +1,37 @@
 """How fast the planner plans a trace of the Mooncake conversation trace's size and shape.
 
-    .venv/bin/python bench/plan_trace.py [--requests 12000] [--replicas 8] \\
-        [--exact-requests 1500]
+    .venv/bin/python bench/plan_trace.py [--requests 12031] [--replicas 8] [--repeat 2] \\
+        [--against dynamo [--dynamo-python PYTHON]] [--parts [--exact-requests 1500]]
 
-Writes a generated Mooncake-style trace into a temp folder: an hour of multi-turn
-sessions (Poisson starts; 1-6 turns, each extending the previous prompt by its answer
-and a question, the next sent a think time after the answer), some sessions starting
-from one of a few shared system prompts, about 12k input tokens and a few hundred
-output tokens a request on average, as the published conversation trace (12k requests
-in an hour, 12k tokens on average). Then plans one block of it (pool on, fixed
-placement by session) on the virtual clock, in ``shape`` mode (prompts made from the
-hash ids, untokenized) and, on the first ``--exact-requests`` requests, in ``exact``
-mode (token-exact prompts through the tokenizer). For each: the CPU time
-(``time.process_time``) of importing the trace (reading it into sessions) and of
-preparing every prompt, each alone, then of the whole planned block and the part of it
-that is not prompt preparation (its own import, the engine's replay, the records), per
-request. Prints figures; asserts nothing.
+Writes a generated Mooncake-style trace into a temp folder: an hour of conversations
+(Poisson starts; 1-6 turns, each extending the previous prompt by its answer and a
+question, the next sent a think time after the answer), some starting from one of a few
+shared system prompts, about 12k input tokens and a few hundred output tokens a request,
+as the published conversation trace (12k requests in an hour, 12k tokens on average).
+By default the trace is flat, as the published one: no session ids, every request at its
+own timestamp (:func:`write_trace`'s ``flat``).
+
+Then runs ``sessiongen plan`` on it end to end, each case ``--repeat`` times in a child
+process (``--tokens shape --jobs 1 --no-sensitivity``; fixed placement, which on a trace
+without sessions is round-robin over the 8 replicas): one cache arm, both arms with the
+decision, and both arms with ``--seeds 3``. For each: wall time, CPU time and peak RSS
+of the child (``os.wait4``), and the stages the plan prints with ``--verbose`` (the
+quickest run's). Then one block planned in this process with its parts timed apart (the
+trace read into sessions, every prompt's shape keys alone, the whole block and what of
+it is not prompts), which the plan's own stages cannot split yet.
+
+``--against dynamo``: NVIDIA Dynamo's offline replay (``dynamo.replay.run_trace_replay``:
+the mocker engine, ``--replicas`` workers, round-robin routing, the trace's block size)
+on the same file, timed the same way in a child of ``--dynamo-python`` (default: this
+interpreter; skipped with a line when it cannot import Dynamo), and Dynamo's time over
+the plan's (above 1: the plan is faster) for one arm and for both arms with the decision.
+
+``--parts``: only the in-process split, on the trace with sessions, in ``shape`` mode
+and, on the first ``--exact-requests`` requests, ``exact`` mode (token-exact prompts).
+
+The documented run (no options, or only ``--against dynamo`` and its interpreter)
+writes its figures to docs/data/plan-trace.json with the load average. Prints figures;
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -133,7 +149,8 @@ time_scale = 1.0
 """
 
 
-def measure(folder: Path, tokens: Tokens, limit: int, replicas: int) -> None:
+def measure(folder: Path, tokens: Tokens, limit: int, replicas: int) -> dict[str, float]:
+    """One block planned in this process, its parts timed apart (module doc); CPU seconds."""
     toml = folder / f"{tokens}.toml"
     toml.write_text(SCENARIO.format(block=BLOCK, limit=limit, replicas=replicas))
     cpu = time.process_time()
@@ -182,6 +199,13 @@ def measure(folder: Path, tokens: Tokens, limit: int, replicas: int) -> None:
         f"hit share {share:.1%}; peak RSS so far "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
+    return {
+        f"parts.{tokens}.trace_read_cpu_s": round(imported, 2),
+        f"parts.{tokens}.prompts_alone_cpu_s": round(prepared, 2),
+        f"parts.{tokens}.plan_cpu_s": round(total, 2),
+        f"parts.{tokens}.plan_prompts_cpu_s": round(spent[0], 2),
+        f"parts.{tokens}.engine_and_records_cpu_s": round(rest, 2),
+    }
 
 
 #: The end-to-end cases: (name, cache arms, plan options). A trace with no sessions
@@ -269,9 +293,12 @@ def show(name: str, runs: list[Timed]) -> dict[str, float]:
 
 def dynamo_available(python: str) -> str | None:
     """None when ``python`` imports Dynamo's replay, else the reason it does not."""
-    probe = subprocess.run(
-        [python, "-c", "import dynamo.replay.api"], capture_output=True, text=True, check=False
-    )
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import dynamo.replay.api"], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:  # no such interpreter
+        return str(exc)
     if probe.returncode == 0:
         return None
     return (probe.stderr.strip().splitlines() or ["exit status " + str(probe.returncode)])[-1]
@@ -292,7 +319,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.parts:
-            mean = write_trace(folder / "trace.jsonl", args.requests, seed=21)
+            write_trace(folder / "trace.jsonl", args.requests, seed=21)
             measure(folder, "shape", args.requests, args.replicas)
             if args.exact_requests:
                 measure(folder, "exact", args.exact_requests, args.replicas)
@@ -309,6 +336,8 @@ def main() -> None:
                 for _ in range(args.repeat)
             ]
             figures |= show(name, runs)
+        print("one block in this process, its parts apart (the plan cannot split them yet):")
+        figures |= measure(folder, "shape", args.requests, args.replicas)
         if args.against == "dynamo":
             figures |= against_dynamo(args, folder, figures)
     print(f"load average after: {os.getloadavg()}")
@@ -333,9 +362,10 @@ def against_dynamo(
     runs = [timed(argv, folder) for _ in range(args.repeat)]
     figures: dict[str, float | str] = dict(show("dynamo", runs))
     for name in ("one_arm", "both_arms"):
-        ratio = float(figures["dynamo.wall_s"]) / float(ours[f"{name}.wall_s"])
-        figures[f"ratio.{name}"] = round(ratio, 2)
-        print(f"dynamo wall / {name} wall: {ratio:.2f}x")
+        for kind in ("wall", "cpu"):
+            ratio = float(figures[f"dynamo.{kind}_s"]) / float(ours[f"{name}.{kind}_s"])
+            figures[f"ratio.{name}.{kind}"] = round(ratio, 2)
+            print(f"Dynamo's {kind} / {name}'s: {ratio:.2f}x (above 1: the plan is faster)")
     return figures
 
 
