@@ -204,9 +204,50 @@ def update_data(section: str, rows: dict[str, dict[str, Any]]) -> dict[str, Any]
     data[section] = {"rows": dict(sorted(merged.items()))}
     if section == "served":
         data[section]["largest_rate_sustained"] = largest_sustained(list(merged.values()))
-    atomic_write_json(DATA, data)
+    atomic_write_json(DATA, stamped(data))
     print(f"wrote {DATA.relative_to(ROOT)} [{section}]")
     return dict(data[section])
+
+
+def stamped(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the docs' common head (docs/figures.py): the newest row's commit, date,
+    machine and load, both benches' commands, and flat ``figures`` the docs quote
+    (``served.ARM_NR_ENGINE.largest_rate``, ``client.in_flight_N.added_ttft_p99_ms``...);
+    every row keeps its own provenance beside them."""
+    rows = [
+        row
+        for section in ("served", "client")
+        for row in data.get(section, {}).get("rows", {}).values()
+    ]
+    newest = max(rows, key=lambda row: (row["date"], row["commit"] == rows[-1]["commit"]))
+    figures: dict[str, Any] = {}
+    for config, rate in data.get("served", {}).get("largest_rate_sustained", {}).items():
+        figures[f"served.{config.replace('-', '_')}.largest_rate"] = rate
+    for name, row in data.get("served", {}).get("rows", {}).items():
+        key = "served." + name.replace("-", "_").replace(".", "_")
+        for column in ("peak_in_flight", "arrival_late_p99_s", "ttft_p50_s", "load_before"):
+            if row.get(column) is not None:
+                figures[f"{key}.{column}"] = row[column]
+    for name, row in data.get("client", {}).get("rows", {}).items():
+        key = "client." + name.replace("-", "_")
+        for column in (
+            "added_ttft_p50_ms",
+            "added_ttft_p99_ms",
+            "added_ttft_max_ms",
+            "load_before",
+        ):
+            if row.get(column) is not None:
+                figures[f"{key}.{column}"] = row[column]
+    head = {
+        "command": "python bench/served_rate.py; python bench/driver_overhead.py --in-flight 1000",
+        "run_id": f"served-rate {newest['date']} (each row's own run beside it)",
+        "commit": newest["commit"],
+        "date": newest["date"],
+        "machine": newest["machine"],
+        "load_average_after": newest["load_average"],
+        "figures": figures,
+    }
+    return {**data, **head}
 
 
 def largest_sustained(rows: Collection[dict[str, Any]]) -> dict[str, float | None]:
