@@ -5,8 +5,9 @@
 fitted prefill cost stays the mean cost. With ``sigma == 0`` every factor is exactly 1.0
 and no random number is drawn.
 
-A session turn's factor is a function of its identity (:func:`request_key`: the run's
-seed, the block, the session and the turn), not of the order requests reach the engine:
+A session turn's factor is a function of its identity (the key its driver states:
+:func:`sessiongen.experiment.script.turn_key`, the run's seed, the block, the session and the
+turn), not of the order requests reach the engine:
 the planner and the served simulator give the same turn the same factor, and two served
 replays of one scenario give it the same factor however their arrivals interleave on the
 wall clock. A replay on the simulated pair states the key in a request header
@@ -29,11 +30,6 @@ BATCH = 4096
 MAX_KEY_CHARS = 128
 _PERSON = b"prefill-noise"
 _UNIT = 2.0**-53
-
-
-def request_key(seed: int, block: int, session: int, turn: int) -> str:
-    """The noise key of one session turn: ``seed/block/session/turn``."""
-    return f"{seed}/{block}/{session}/{turn}"
 
 
 def keyed_normal(key: str) -> float:

@@ -24,8 +24,9 @@ MAX_TOP_LOGPROBS = 20
 #: The simulator's own request header: the request's modeled arrival (seconds on the
 #: engine's clock), stated by a client that models it (see :mod:`sessiongen.sim.server`).
 ARRIVAL_HEADER = "X-Sim-Arrival-S"
-#: The request's identity for its service-time noise (:func:`sessiongen.sim.noise.request_key`),
-#: stated by the same client, so that the factor does not depend on the arrival order.
+#: The request's identity for its service-time noise, stated by the same client
+#: (:func:`sessiongen.experiment.script.turn_key`), so that the factor does not depend on
+#: the arrival order.
 REQUEST_KEY_HEADER = "X-Sim-Request-Key"
 
 

@@ -10,7 +10,8 @@ import pytest
 from sessiongen import scenario
 from sessiongen.capacity.virtual import plan_run
 from sessiongen.errors import UserError
-from sessiongen.sim.noise import PrefillNoise, request_key
+from sessiongen.experiment.script import turn_key as request_key
+from sessiongen.sim.noise import PrefillNoise
 from tests.support.paths import ROOT
 
 
