@@ -217,7 +217,9 @@ class _Sorted:
         out[taken == 0] = np.nan
         return out
 
-    def _positions(self, counts: npt.NDArray[np.int64], at: npt.NDArray[np.int64]) -> Array:
+    def _positions(
+        self, counts: npt.NDArray[np.int64], at: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         """Per draw (column of ``at``), the sorted value at each position of the drawn
         values: the first whose running count (values sorted, each its unit's count)
         exceeds the position."""
@@ -231,13 +233,14 @@ class _Sorted:
                 over = running > at
                 hi = np.where(over, mid, hi)
                 lo = np.where(over, lo, mid + 1)
-            found: Array = lo
-            return found
+            return lo
         cum = np.cumsum(counts[:, self.units], axis=1)
         span = int(cum[:, -1].max()) + 1
         rows = np.arange(size)
         flat = (cum + rows[:, None] * span).ravel()
-        found = np.searchsorted(flat, at + rows * span, side="right") - rows * width
+        found: npt.NDArray[np.int64] = (
+            np.searchsorted(flat, at + rows * span, side="right") - rows * width
+        )
         return found
 
 
