@@ -346,6 +346,8 @@ def main() -> None:
 
     documented = ap.parse_args([])
     documented.against, documented.dynamo_python = args.against, args.dynamo_python
+    # the command as recorded names the interpreter by its role: its path is this machine's
+    sys.argv = [a.replace(args.dynamo_python, "DYNAMO_PYTHON") for a in sys.argv]
     record("plan-trace", figures, args=args, documented=documented)
 
 
