@@ -178,6 +178,7 @@ def plan_cmd(
             click.echo(f"  {line}")
         click.echo(f"find: {found.out}")
         click.echo(f"report: {found.out / 'report' / 'report.md'}")
+        _print_stages(verbose=verbose)
         return
     total = seeds
     for v in parsed:
@@ -208,5 +209,10 @@ def plan_cmd(
         click.echo(plan_mod.console_table(out, parsed))
     click.echo(f"plan: {out}")
     click.echo(f"report: {out / 'report' / 'report.md'}")
+    _print_stages(verbose=verbose)
+
+
+def _print_stages(*, verbose: bool) -> None:
+    """``--verbose``: each stage's time, on stderr (the tables stay alone on stdout)."""
     for line in TIMER.lines() if verbose else ():
         click.echo(line, err=True)
