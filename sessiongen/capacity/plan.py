@@ -213,7 +213,8 @@ def run_grid(
         with stage("decision (what-if rows and their bootstrap)"):
             row = whatif_rows(run)
         with stage("replicate spread, stability, in flight"):
-            row = row.join(replicate_spread(kept), on=ARM, how="left", nulls_equal=True)
+            spread = replicate_spread(kept, pooled_rows=row)
+            row = row.join(spread, on=ARM, how="left", nulls_equal=True)
             row = row.join(arm_stability(kept), on=ARM, how="left", nulls_equal=True)
             busy = in_flight_table(pooled(kept, blocks_apart=True), wide=True)
             row = row.join(busy, on=ARM, how="left", nulls_equal=True)
@@ -236,10 +237,17 @@ def run_grid(
     return whatif, turn_frame
 
 
-def replicate_spread(runs: Sequence[Run]) -> pl.DataFrame:
+def replicate_spread(
+    runs: Sequence[Run], *, pooled_rows: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per arm: each replicate's own session and later-turn gains (lists, for
-    :func:`~sessiongen.capacity.uncertainty.with_uncertainty`) and their extremes."""
-    per = pl.concat([whatif_rows(r) for r in runs], how="diagonal_relaxed")
+    :func:`~sessiongen.capacity.uncertainty.with_uncertainty`) and their extremes.
+    ``pooled_rows``: the replicates' pooled what-if rows, which for one replicate are
+    its own (the same gains: pooling one run only renames its sessions)."""
+    if pooled_rows is not None and len(runs) == 1:
+        per = pooled_rows
+    else:
+        per = pl.concat([whatif_rows(r) for r in runs], how="diagonal_relaxed")
     return per.group_by(ARM).agg(
         pl.col("session_gain").min().alias("session_gain_seed_min"),
         pl.col("session_gain").max().alias("session_gain_seed_max"),
