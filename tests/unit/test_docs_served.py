@@ -31,3 +31,23 @@ def test_the_readme_quotes_the_served_rate_as_its_data_file_has_it() -> None:
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     expected = served_sentence(FIGURES.load("served-rate"))
     assert expected in readme, f"README should say: {expected}"
+
+
+def plan_trace_sentence(data: dict[str, Any]) -> str:
+    """The README's sentence on the plan's speed beside Dynamo's offline replay (issue 34
+    item 1), rebuilt from ``docs/data/plan-trace.json`` (``bench/plan_trace.py``)."""
+    f = data["figures"]
+    one, both, dynamo = f["one_arm.wall_s"], f["both_arms.wall_s"], f["dynamo.wall_s"]
+    return (
+        f"took {one:.2f} s for one cache arm against {dynamo:.2f} s for NVIDIA Dynamo 1.6.1's "
+        f"offline replay of the same trace ({dynamo / one:.2f}x), and {both:.2f} s for both "
+        f"arms with the decision ({both / dynamo:.2f}x Dynamo's one arm), peak memory "
+        f"{max(f['one_arm.peak_mib'], f['both_arms.peak_mib'])} MiB (load average "
+        f"{max(f['one_arm.load'], f['both_arms.load'], f['dynamo.load']):g} or less)"
+    )
+
+
+def test_the_readme_quotes_the_plan_speed_as_its_data_file_has_it() -> None:
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    expected = plan_trace_sentence(FIGURES.load("plan-trace"))
+    assert expected in readme, f"README should say: {expected}"
