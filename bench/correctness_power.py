@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _docs import record
 from scipy import stats as sps
 
-from sessiongen.analysis.stats import rate_exceeds
+from sessiongen.analysis.hypotheses import rate_exceeds
 from sessiongen.scenario import Scenario
 from sessiongen.scenario import load as load_scenario
 

@@ -1,6 +1,7 @@
 """Analysis of recorded runs with polars: the one door for the CLI, notebook and nightly job.
 
 - :mod:`.stats`: pure, seeded statistics (bootstrap intervals, rank tests);
+- :mod:`.hypotheses`: tests and one-sided bounds on log ratios, means, shares and rates;
 - :mod:`.frames`: small helpers to build frames from a run's requests;
 - :mod:`.latency`: per-turn medians, ON/OFF speedups, sessions;
 - :mod:`.drift`: block drift per arm and turn, against each turn's effect;

@@ -21,11 +21,11 @@ mean over its runs; ``log(B/A)`` is the difference. Its standard error has two p
   ``tau^2 (1/k_A + 1/k_B)`` for ``k`` runs a side. :class:`RunNoise` says where ``tau``
   came from, in this order: given (``--run-noise``, e.g. from A/A runs), estimated from
   the spread between the runs of a side when a side has several
-  (:func:`~.stats.replicate_noise`, pooled over cells), the trend store's pooled night
+  (:func:`~.hypotheses.replicate_noise`, pooled over cells), the trend store's pooled night
   noise for the scenario (``--store``), else :data:`DEFAULT_RUN_NOISE` (4%, assumed).
 
 The two add on the log scale, with Welch-Satterthwaite degrees of freedom, and the
-ratio's interval and tests use Student's t (:class:`~.stats.LogTest`).
+ratio's interval and tests use Student's t (:class:`~.hypotheses.LogTest`).
 
 **Failures** count against a run twice: inside the median (above), and in a per-cell
 test of the failure share with **sessions as units**: per session, the share of its

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses, stats
 from sessiongen.analysis.comparecells import CellData, cell_sizes, fails_more
 from sessiongen.analysis.runnoise import RunNoise
 from sessiongen.analysis.stats import MIN_SESSIONS
 
 
-def _latency_test(cell: CellData, noise: RunNoise) -> stats.LogTest:
+def _latency_test(cell: CellData, noise: RunNoise) -> hypotheses.LogTest:
     point_a, point_b = cell.split(cell.point)
     draws_a, draws_b = cell.split(cell.draws)
     estimate = float(np.mean(point_b) - np.mean(point_a))
@@ -31,7 +31,7 @@ def _latency_test(cell: CellData, noise: RunNoise) -> stats.LogTest:
     run_var = sd**2 * (1 / point_a.size + 1 / point_b.size)
     parts = [(sampling**2, float(n - 1)), (run_var, df)]
     se = math.sqrt(sampling**2 + run_var) if math.isfinite(sampling) else math.nan
-    return stats.LogTest(estimate, se, stats.welch_df(parts))
+    return hypotheses.LogTest(estimate, se, hypotheses.welch_df(parts))
 
 
 def _session_failure_shares(subs: Sequence[pl.DataFrame], units: list[Any]) -> Any:
@@ -57,13 +57,13 @@ def _failure_test(cell: CellData, margin: float, alpha: float) -> _FailureTest:
         diff = _session_failure_shares(cell.subs_b, cell.units) - _session_failure_shares(
             cell.subs_a, cell.units
         )
-        p = stats.sign_test_greater(diff)
-        bound = stats.upper_mean_bound(diff, conf=1 - alpha)
+        p = hypotheses.sign_test_greater(diff)
+        bound = hypotheses.upper_mean_bound(diff, conf=1 - alpha)
         return _FailureTest(p, bool(np.nanmax(diff) <= 0 or bound <= margin))
     shares_a, shares_b = _own_failure_shares(cell.subs_a), _own_failure_shares(cell.subs_b)
     p = stats.mann_whitney(shares_a, shares_b, alternative="b-greater").p_value
     no_worse = bool(np.mean(shares_b) <= np.mean(shares_a))
-    upper = stats.upper_difference_bound(shares_b, shares_a, conf=1 - alpha)
+    upper = hypotheses.upper_difference_bound(shares_b, shares_a, conf=1 - alpha)
     return _FailureTest(1.0 if math.isnan(p) else p, no_worse or upper <= margin)
 
 
@@ -75,7 +75,7 @@ def _own_failure_shares(subs: Sequence[pl.DataFrame]) -> Any:
 
 
 def _decide(
-    test: stats.LogTest,
+    test: hypotheses.LogTest,
     fails: _FailureTest,
     holm_slower: float,
     holm_faster: float,
@@ -99,7 +99,7 @@ def run_failure_p(cells: Sequence[CellData]) -> float:
 
     Per session, the share of its requests that failed in all the cells (B minus A, over
     the sessions both sides hold): a one-sided Student t test on those differences
-    (:func:`~.stats.mean_exceeds`). A per-cell sign test cannot fire at the shipped
+    (:func:`~.hypotheses.mean_exceeds`). A per-cell sign test cannot fire at the shipped
     session counts once Holm-corrected (its smallest p is 2^-n: 0.004 at 8 sessions,
     against 0.05 / 25), nor could a run-wide one; the t test on a run-wide share can,
     and it is one more member of the family.
@@ -114,7 +114,7 @@ def run_failure_p(cells: Sequence[CellData]) -> float:
         return 1.0
     shares = [side.group_by("session_index").agg(pl.col("_failed").mean()) for side in sides]
     both = shares[0].join(shares[1], on="session_index", suffix="_b")
-    return stats.mean_exceeds((both["_failed_b"] - both["_failed"]).to_numpy())
+    return hypotheses.mean_exceeds((both["_failed_b"] - both["_failed"]).to_numpy())
 
 
 def cell_rows(

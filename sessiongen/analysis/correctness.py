@@ -19,7 +19,7 @@ its prompt:
   model, its numerics and batching change with no cache involved (bf16 models flip a few
   greedy tokens between arms with a clean cache). A **cache failure** is when the
   pool-served divergence rate exceeds the baseline's by a one-sided exact test at level
-  :data:`ALPHA` (:func:`sessiongen.analysis.stats.rate_exceeds`, Boschloo's); then every
+  :data:`ALPHA` (:func:`sessiongen.analysis.hypotheses.rate_exceeds`, Boschloo's); then every
   pool-served divergence counts as a cache failure: in the report, the trend and the
   exit status of ``replay``. Pool-served divergences within the noise are reported,
   with the test, as **within noise**. With a clean baseline, how many pool-served

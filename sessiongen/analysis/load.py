@@ -11,7 +11,7 @@ concurrency of a closed loop or the session start rate of an open loop):
   (:func:`sessiongen.analysis.tails.clustered_tail`), or "n/a" with how many are needed.
 - **Goodput** against the scenario's ``[objective]``: the share of turns whose TTFT is
   at most ``ttft_s`` (``good_turns``) with a 95% interval over **sessions as units**
-  (Wilson's on the effective sample size, :func:`sessiongen.analysis.stats.clustered_share`:
+  (Wilson's on the effective sample size, :func:`sessiongen.analysis.hypotheses.clustered_share`:
   the turns of a session share prompts, a replica and queueing episodes, so they are
   not independent), and the share of whole sessions all of whose turns are
   (``good_sessions``). An arm **meets** the objective at a level when
@@ -56,7 +56,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses
 from sessiongen.analysis.frames import partition
 from sessiongen.analysis.tails import clustered_tail
 from sessiongen.records.run import Run
@@ -191,7 +191,7 @@ def _goodput(sub: pl.DataFrame, ttft_s: float | None, attainment: float) -> dict
     if flagged.is_empty():
         return dict.fromkeys(GOODPUT_COLUMNS)
     units = flagged.group_by("session_id").agg(y=pl.col("good").sum(), m=pl.len())
-    share = stats.clustered_share(units["y"].to_numpy(), units["m"].to_numpy())
+    share = hypotheses.clustered_share(units["y"].to_numpy(), units["m"].to_numpy())
     per_session = flagged.group_by("block", "session_id").agg(all_good=pl.col("good").all())
     return {
         "good_turns": share.share,

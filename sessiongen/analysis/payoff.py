@@ -41,9 +41,10 @@ from typing import Literal
 
 import polars as pl
 
+from sessiongen.analysis.hypotheses import clustered_share
 from sessiongen.analysis.latency import session_speedup, speedup_table
 from sessiongen.analysis.load import LEVEL_KEYS, load_table
-from sessiongen.analysis.stats import MIN_SESSIONS, clustered_share
+from sessiongen.analysis.stats import MIN_SESSIONS
 from sessiongen.records.run import Run
 
 Verdict = Literal["pays", "does not pay", "undecided"]
@@ -251,7 +252,7 @@ def _later_gain(run: Run) -> pl.DataFrame:
 
 def _goodput(ok: pl.DataFrame, target: float) -> pl.DataFrame:
     """Per arm and cache arm: the share of turns within the objective's 95% interval,
-    sessions the clusters (:func:`~sessiongen.analysis.stats.clustered_share`), wide
+    sessions the clusters (:func:`~sessiongen.analysis.hypotheses.clustered_share`), wide
     (``good_turns_off_low`` .. ``good_turns_on_high``)."""
     per = ok.group_by([*ARM, "cache", "session_index"]).agg(
         (pl.col("ttft_s") <= target).sum().alias("good"), pl.len().alias("turns")

@@ -55,7 +55,7 @@ partial; only requests with status ok count):
   chat template's few tokens move past a chunk boundary (counted as recovered).
 
 Intervals take **sessions as units** (the turns of a session share a prefix and a
-replica): :func:`sessiongen.analysis.stats.clustered_share` on a session's tokens, over
+replica): :func:`sessiongen.analysis.hypotheses.clustered_share` on a session's tokens, over
 the sessions with reuse beyond the local hits (the others add nothing to either sum, so
 they are not resampled: ``interval_units`` counts those that are), for arms with at
 least :data:`~sessiongen.analysis.stats.MIN_SESSIONS` of them; below that, none is given
@@ -69,7 +69,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses, stats
 from sessiongen.analysis.frames import partition
 
 #: The columns of :func:`arm_reuse`'s table and their meaning (the report lists them).
@@ -165,7 +165,9 @@ def arm_reuse(rows: pl.DataFrame) -> pl.DataFrame:
         units = per.filter(pl.col("_beyond") > 0)
         low = high = None
         if units.height >= stats.MIN_SESSIONS:
-            ci = stats.clustered_share(units["_recovered"].to_numpy(), units["_beyond"].to_numpy())
+            ci = hypotheses.clustered_share(
+                units["_recovered"].to_numpy(), units["_beyond"].to_numpy()
+            )
             low, high = ci.low, ci.high
         known = sub.filter(pl.col("replica_shared_tokens").is_not_null())
         out.append(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses, stats
 from sessiongen.analysis.comparecells import CellData
 
 
@@ -102,7 +102,7 @@ def _upper(tau: float, df: float) -> float:
 def cell_noise(cells: Sequence[CellData]) -> dict[tuple[Any, ...], CellNoise]:
     """Each cell's own run-to-run SD from its replicate runs (both sides pooled).
 
-    The method of moments of :func:`~.stats.replicate_noise` on the cell alone: the
+    The method of moments of :func:`~.hypotheses.replicate_noise` on the cell alone: the
     spread of its runs' log medians around their side's mean, less what the sessions'
     sampling alone would give, on ``sum (k - 1)`` df (4 with three runs a side), with
     its :data:`REPLICATE_UPPER` bound. A cell none of whose sides has two runs is absent.
@@ -114,7 +114,7 @@ def cell_noise(cells: Sequence[CellData]) -> dict[tuple[Any, ...], CellNoise]:
     """
     estimates = {}
     for cell in cells:
-        tau, df = stats.replicate_noise(_cell_groups(cell))
+        tau, df = hypotheses.replicate_noise(_cell_groups(cell))
         if df > 0 and math.isfinite(tau):
             estimates[tuple(cell.key.values())] = (tau, float(df))
     alpha = 0.05 / max(1, len(estimates))
@@ -149,7 +149,7 @@ def resolve_run_noise(
     """
     if given is not None:
         return given
-    tau, cell_df = stats.replicate_noise(_replicate_groups(cells))
+    tau, cell_df = hypotheses.replicate_noise(_replicate_groups(cells))
     df = sum(k - 1 for k in runs)
     if cell_df > 0 and df > 0 and math.isfinite(tau):
         source = (

@@ -1,4 +1,5 @@
-"""Pure, seeded statistics for latency samples: bootstrap intervals and rank tests.
+"""Pure, seeded statistics for latency samples: bootstrap intervals and rank tests (tests and
+one-sided bounds on log ratios, means and rates: :mod:`.hypotheses`).
 
 Every function here takes plain numbers and returns plain numbers; nothing reads files
 or frames. Randomness comes only from the ``seed`` argument, so a result is reproducible.
@@ -46,10 +47,6 @@ Methods
   interval makes (the bootstrap's plug-in variance divides by ``n``, not ``n - 1``).
   Failed requests count as slower than any finished one: they enter as :data:`FAILED`,
   so a quantile that lands on a failure is "failed", never a fast value.
-- **Welch-Satterthwaite** degrees of freedom of a sum of variance components with their
-  own degrees of freedom (Satterthwaite 1946, *Biometrics Bulletin* 2:110), for a
-  sampling error over ``n`` sessions (``n - 1`` df) plus a run-to-run noise that is
-  given (infinite df) or estimated from replicate runs.
 - **Deciding on an interval** (:func:`decide_ratio`): a ratio B/A is "slower" when its
   whole ``1 - 2 alpha`` interval lies above ``1 + threshold``, "faster" when wholly below
   ``1 - threshold`` (each a one-sided test at level ``alpha``), "no change" when it lies
@@ -131,7 +128,7 @@ def stable_seed(seed: int, *key: object) -> list[int]:
     return [int(seed), zlib.crc32(text.encode("utf-8"))]
 
 
-def _clean(values: npt.ArrayLike) -> Array:
+def finite(values: npt.ArrayLike) -> Array:
     arr: Array = np.asarray(values, dtype=np.float64).ravel()
     kept: Array = arr[np.isfinite(arr)]
     return kept
@@ -293,7 +290,7 @@ def bootstrap_quantile(
     """
     _check(conf, n_resamples, q)
     mat = _units(values)
-    flat = _clean(mat)
+    flat = finite(mat)
     if flat.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     estimate = float(np.quantile(flat, q))
@@ -328,7 +325,7 @@ def bootstrap_ratio(
     b = np.asarray(den, dtype=np.float64)
     a2 = a[:, None] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    flat_a, flat_b = _clean(a2), _clean(b2)
+    flat_a, flat_b = finite(a2), finite(b2)
     if flat_a.size == 0 or flat_b.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     estimate = float(np.quantile(flat_a, q) / np.quantile(flat_b, q))
@@ -360,7 +357,7 @@ def t_interval(values: npt.ArrayLike, *, conf: float = 0.95) -> Interval:
     """
     if not 0.0 < conf < 1.0:
         raise ValueError(f"conf: expected 0 < conf < 1, got {conf}")
-    x = _clean(values)
+    x = finite(values)
     if x.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     mean = float(x.mean())
@@ -381,7 +378,7 @@ def mann_whitney(
     ``alternative="b-greater"`` is the one-sided test "B tends to be larger" (for
     latencies: B slower). Empty samples give NaN.
     """
-    xa, xb = _clean(a), _clean(b)
+    xa, xb = finite(a), finite(b)
     if xa.size == 0 or xb.size == 0:
         return MannWhitney(math.nan, math.nan, math.nan)
     alt = "greater" if alternative == "b-greater" else "two-sided"
@@ -469,7 +466,7 @@ DEFAULT_BOOTSTRAP = Bootstrap()
 
 def robust_sd(draws: npt.ArrayLike) -> float:
     """SD of bootstrap draws from their 15.9 and 84.1 percentiles (NaN when < 2 finite)."""
-    x = _clean(draws)
+    x = finite(draws)
     if x.size < 2:
         return math.nan
     low, high = np.quantile(x, [sps.norm.cdf(-1.0), sps.norm.cdf(1.0)])
@@ -482,7 +479,7 @@ def log_se(boot: npt.ArrayLike, n: int) -> float:
     The robust SD of the logs of the positive finite values, times
     :func:`small_sample_factor`; NaN with fewer than 2 units or 2 usable values.
     """
-    x = _clean(boot)
+    x = finite(boot)
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.log(x[x > 0])
     return robust_sd(logs) * small_sample_factor(n)
@@ -535,278 +532,8 @@ def _failed_as_large(mat: Array) -> Array:
 
 
 def _log_quantile(mat: Array, q: float) -> float:
-    flat = _clean(mat)
+    flat = finite(mat)
     if flat.size == 0:
         return math.nan
     value = float(np.quantile(flat, q))
     return math.log(value) if value > 0 else math.nan
-
-
-def welch_df(parts: Sequence[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite df of a sum of variances ``(variance, df)`` (``inf`` df: known)."""
-    total = sum(v for v, _ in parts)
-    denom = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df) and df > 0)
-    if total <= 0:
-        return math.inf
-    return total * total / denom if denom > 0 else math.inf
-
-
-@dataclass(frozen=True)
-class LogTest:
-    """A log ratio with its standard error and df: intervals and one-sided tests on it.
-
-    ``estimate`` is ``log(B / A)``, ``se`` its standard error, ``df`` the degrees of
-    freedom of ``se`` (Student's t; ``inf``: normal).
-    """
-
-    estimate: float
-    se: float
-    df: float
-
-    def _t(self, bound: float) -> float:
-        if self.se > 0:
-            return (self.estimate - bound) / self.se
-        diff = self.estimate - bound
-        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
-
-    def p_above(self, ratio: float) -> float:
-        """One-sided p-value of "B/A > ratio" (small: surely above)."""
-        if math.isnan(self.estimate) or math.isnan(self.se):
-            return 1.0
-        return float(sps.t.sf(self._t(math.log(ratio)), self.df))
-
-    def p_below(self, ratio: float) -> float:
-        """One-sided p-value of "B/A < ratio" (small: surely below)."""
-        if math.isnan(self.estimate) or math.isnan(self.se):
-            return 1.0
-        return float(sps.t.cdf(self._t(math.log(ratio)), self.df))
-
-    def interval(self, conf: float) -> tuple[float, float]:
-        """Two-sided ``conf`` interval of B/A (NaN when unknown)."""
-        if not (math.isfinite(self.estimate) and math.isfinite(self.se)):
-            return math.nan, math.nan
-        half = float(sps.t.ppf(0.5 + conf / 2.0, self.df)) * self.se
-        return math.exp(self.estimate - half), math.exp(self.estimate + half)
-
-
-def sign_test_greater(diffs: npt.ArrayLike) -> float:
-    """Exact one-sided sign test of "the differences tend to be positive" (zeros dropped).
-
-    p = P(Binomial(n_+ + n_-, 1/2) >= n_+); 1 when no difference is positive.
-    """
-    x = _clean(diffs)
-    plus, minus = int((x > 0).sum()), int((x < 0).sum())
-    if plus == 0:
-        return 1.0
-    return float(sps.binom.sf(plus - 1, plus + minus, 0.5))
-
-
-def upper_mean_bound(values: npt.ArrayLike, *, conf: float) -> float:
-    """One-sided upper ``conf`` bound of a mean (Student t); the value itself when all equal."""
-    x = _clean(values)
-    if x.size == 0:
-        return math.nan
-    mean = float(x.mean())
-    if x.size < 2:
-        return math.inf if mean != 0 else 0.0
-    sd = float(x.std(ddof=1))
-    return mean + float(sps.t.ppf(conf, x.size - 1)) * sd / math.sqrt(x.size)
-
-
-def replicate_noise(groups: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]]) -> tuple[float, int]:
-    """Run-to-run SD ``tau`` from replicate runs, and its degrees of freedom.
-
-    Each group is one cell seen in ``k >= 2`` runs: ``(y, v)`` with ``y`` the runs'
-    log values and ``v`` the sampling variance of each run's deviation from the group
-    mean (what the request noise alone would give it; for runs of the same sessions a
-    paired bootstrap estimates it, so the sessions' own spread, common to all runs,
-    cancels). With ``y_r = mu + e_r + s_r``, ``var(e) = tau^2``:
-    ``E[sum (y_r - ybar)^2] = (k - 1) tau^2 + sum v_r``, so pooled over the groups
-    (the method of moments, as for a variance component beside known variances: Paule
-    & Mandel 1982) ``tau^2 = max(0, (sum SS - sum v) / sum (k - 1))`` on
-    ``sum (k - 1)`` degrees of freedom.
-    """
-    ss = explained = 0.0
-    df = 0
-    for y_raw, v_raw in groups:
-        y = np.asarray(y_raw, dtype=np.float64)
-        v = np.asarray(v_raw, dtype=np.float64)
-        keep = np.isfinite(y) & np.isfinite(v)
-        if keep.sum() < 2:
-            continue
-        yk = y[keep]
-        ss += float(((yk - yk.mean()) ** 2).sum())
-        explained += float(v[keep].sum())
-        df += int(keep.sum()) - 1
-    if df == 0:
-        return math.nan, 0
-    return math.sqrt(max(0.0, (ss - explained) / df)), df
-
-
-def wilson(successes: float, n: float, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a proportion (Wilson 1927); (nan, nan) when ``n`` is 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(max(0.0, p * (1 - p)) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def clopper_pearson(successes: float, n: float, *, conf: float = 0.95) -> tuple[float, float]:
-    """Clopper-Pearson interval of a proportion (Clopper & Pearson 1934, *Biometrika* 26:404).
-
-    The bounds are Beta quantiles, ``B(alpha/2; x, n - x + 1)`` and ``B(1 - alpha/2; x + 1,
-    n - x)``, which take non-integer ``x`` and ``n`` (an effective sample size) as they
-    are. At ``x = n`` the upper end is exactly 1 and the lower ``(alpha / 2)^(1 / n)``; at
-    ``x = 0`` the mirror image. (nan, nan) when ``n`` is 0.
-    """
-    if not 0.0 < conf < 1.0:
-        raise ValueError(f"conf: expected 0 < conf < 1, got {conf}")
-    if n <= 0:
-        return math.nan, math.nan
-    x = min(max(successes, 0.0), n)
-    tail = (1.0 - conf) / 2.0
-    low = 0.0 if x <= 0 else float(sps.beta.ppf(tail, x, n - x + 1))
-    high = 1.0 if x >= n else float(sps.beta.ppf(1.0 - tail, x + 1, n - x))
-    return low, high
-
-
-@dataclass(frozen=True)
-class ClusteredShare:
-    """A share of items whose units are clusters (turns of sessions), with its interval.
-
-    ``n_items`` items in ``n_units`` clusters; ``n_effective`` what the interval rests
-    on (``n_items / design_effect``, before the degrees-of-freedom adjustment).
-    """
-
-    share: float
-    low: float
-    high: float
-    n_items: int
-    n_units: int
-    n_effective: float
-
-    @property
-    def design_effect(self) -> float:
-        return self.n_items / self.n_effective if self.n_effective > 0 else math.nan
-
-
-def clustered_share(
-    successes: npt.ArrayLike, trials: npt.ArrayLike, *, conf: float = 0.95
-) -> ClusteredShare:
-    """The share ``sum(successes) / sum(trials)`` over clusters, with sessions as units.
-
-    Turns of a session share prompts, a replica and queueing episodes, so they are not
-    independent: when a session's turns are all good or all bad, a Wilson interval over
-    turns covered about 58% instead of 95%. The method is Korn & Graubard's (1998,
-    *Survey Methodology* 24:193, "Confidence intervals for proportions with small
-    expected number of positive counts estimated from survey data"): the Clopper-Pearson
-    interval (:func:`clopper_pearson`) on the effective sample size, with their
-    degrees-of-freedom adjustment. Step by step, for ``k`` clusters of ``m_s`` trials
-    with ``y_s`` successes, ``n = sum m_s`` and ``p = sum y_s / n``:
-
-    1. the ratio estimator's variance over clusters (Cochran, *Sampling Techniques*, 3rd
-       ed. 1977, sec. 6.13): ``var = sum (y_s - p m_s)^2 / (k (k - 1) mbar^2)``;
-    2. Kish's design effect ``deff = var / (p (1 - p) / (n - 1))`` (the ``n - 1`` so that
-       ``k`` clusters of one trial give ``deff`` near 1), held within ``[1, n]``, and the
-       effective sample size ``n_eff = n / deff``;
-    3. the df adjustment ``n* = n_eff (t_{n-1} / t_{k-1})^2`` at the ``(1 + conf) / 2``
-       quantile: the clusters, not the trials, carry the variance, on ``k - 1`` df;
-    4. Clopper-Pearson with ``p n*`` successes out of ``n*``.
-
-    **All good (or all bad).** At ``p = 1`` (or 0) the clusters carry no variance to
-    read and ``deff`` is ``0 / 0``. It is taken as 1, ``n_eff = n`` (as the NCHS data
-    presentation standards for proportions, Parker et al. 2017, which implement Korn &
-    Graubard, do). The reason is the ranking: a sample with a single bad turn, in
-    whichever session, has ``deff = 1`` exactly (its residuals are ``1/k`` in ``k - 1``
-    clusters and ``1/k - 1`` in one, so ``var = 1/n^2 = p (1 - p) / (n - 1)``), so
-    ``n_eff = n`` is the estimator's own value one turn away, and the only one that keeps
-    the lower end rising with the good turns: counting each cluster as one trial (``n_eff
-    = k``, what this function did with Wilson's interval) ranked all good below 99% good
-    (load128k: 1.00 [0.80, 1.00] against 0.99 [0.94, 1.00]). Its cost: no failure, no
-    evidence of how failures cluster, so where failures come as whole sessions (every
-    turn of a session bad or none) an all-good sample reads as if turns were independent;
-    the interval then covers a true share ``q`` only while ``q^k``, the chance of seeing
-    no bad session, is small or ``q`` is above ``(alpha / 2)^(1 / n*)``.
-    Clopper-Pearson puts the upper end of an all-good sample at exactly 1 and is never
-    below nominal for independent trials. A single cluster has no df to adjust (``z``).
-    tests/unit/analysis/test_goodput_interval.py checks the ranking, monotonicity and
-    coverage of clustered binomial data.
-    """
-    if not 0.0 < conf < 1.0:
-        raise ValueError(f"conf: expected 0 < conf < 1, got {conf}")
-    y_all: Array = np.asarray(successes, dtype=np.float64).ravel()
-    m_all: Array = np.asarray(trials, dtype=np.float64).ravel()
-    keep = m_all > 0
-    y, m = y_all[keep], m_all[keep]
-    k, n = int(m.size), float(m.sum())
-    if k == 0:
-        return ClusteredShare(math.nan, math.nan, math.nan, 0, 0, 0.0)
-    p = float(y.sum()) / n
-    n_eff = n  # all good or all bad: deff taken as 1 (docstring)
-    if 0.0 < p < 1.0:
-        n_eff = 1.0  # one cluster, some good, some bad: nothing to estimate deff from
-        if k >= 2:
-            var = float(((y - p * m) ** 2).sum()) / (k * (k - 1) * (n / k) ** 2)
-            srs = p * (1 - p) / (n - 1)
-            n_eff = n if var <= 0 else min(n, max(1.0, n * srs / var))
-    n_star = n_eff
-    if k >= 2 and n >= 2:
-        q = 0.5 + conf / 2
-        n_star = n_eff * (float(sps.t.ppf(q, n - 1)) / float(sps.t.ppf(q, k - 1))) ** 2
-    low, high = clopper_pearson(p * n_star, n_star, conf=conf)
-    return ClusteredShare(p, low, high, int(n), k, n_eff)
-
-
-#: Above this many possible tables Boschloo's test is replaced by Fisher's (same level,
-#: a little less power, milliseconds instead of seconds).
-_BOSCHLOO_CELLS = 250_000
-
-
-def rate_exceeds(k1: int, n1: int, k0: int, n0: int) -> float:
-    """One-sided exact p-value of "rate k1/n1 is higher than rate k0/n0".
-
-    Boschloo's unconditional test (Boschloo 1970, *Statistica Neerlandica* 24:1), which
-    is uniformly more powerful than Fisher's exact test at the same level (scipy's
-    ``boschloo_exact``); Fisher's for large tables. 1 when ``k1`` is 0 or a sample is
-    empty.
-    """
-    if n1 <= 0 or n0 <= 0 or k1 <= 0:
-        return 1.0
-    # scipy's boschloo_exact takes each *column* as one binomial sample.
-    table = [[k1, k0], [n1 - k1, n0 - k0]]
-    if (n1 + 1) * (n0 + 1) > _BOSCHLOO_CELLS:
-        return float(sps.fisher_exact(table, alternative="greater").pvalue)
-    return float(sps.boschloo_exact(table, alternative="greater").pvalue)
-
-
-def upper_difference_bound(b: npt.ArrayLike, a: npt.ArrayLike, *, conf: float) -> float:
-    """One-sided upper ``conf`` bound of ``mean(b) - mean(a)`` (Welch's t; infinite when a
-    side has fewer than two values and the means differ)."""
-    xb, xa = _clean(b), _clean(a)
-    if xb.size == 0 or xa.size == 0:
-        return math.nan
-    diff = float(xb.mean() - xa.mean())
-    if xb.size < 2 or xa.size < 2:
-        return diff if diff <= 0 and xb.size >= 2 else (math.inf if diff != 0 else 0.0)
-    vb, va = float(xb.var(ddof=1)) / xb.size, float(xa.var(ddof=1)) / xa.size
-    if vb + va == 0:
-        return diff
-    df = welch_df([(vb, float(xb.size - 1)), (va, float(xa.size - 1))])
-    return diff + float(sps.t.ppf(conf, df)) * math.sqrt(vb + va)
-
-
-def mean_exceeds(values: npt.ArrayLike, bound: float = 0.0) -> float:
-    """One-sided p-value of "the mean of ``values`` is above ``bound``" (Student's t).
-
-    Values all alike give 0 when above the bound and 1 otherwise; fewer than two, 1.
-    """
-    x = _clean(values)
-    if x.size < 2:
-        return 1.0
-    mean, sd = float(x.mean()), float(x.std(ddof=1))
-    if sd == 0:
-        return 0.0 if mean > bound else 1.0
-    return float(sps.t.sf((mean - bound) / (sd / math.sqrt(x.size)), x.size - 1))

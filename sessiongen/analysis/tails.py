@@ -24,7 +24,7 @@ turns are 8 samples, not 64 (pooled, the "p90" was their maximum, which covers t
 p90 with probability ``1 - 0.9^8 = 57%``, not 99%). :func:`clustered_tail` therefore
 runs the estimate on the **effective sample size** ``n_eff = n / deff``, with Kish's
 design effect ``deff`` of the share of latencies above the empirical ``p``-quantile,
-read over sessions as clusters (:func:`sessiongen.analysis.stats.clustered_share`): at
+read over sessions as clusters (:func:`sessiongen.analysis.hypotheses.clustered_share`): at
 most ``n`` (independent turns), as few as the number of sessions (turns that move
 together). The order statistic is then the ``ceil(t * deff)``-th largest of the ``n``
 latencies for the ``t`` the effective sample supports, the same share of the tail
@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import binom
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses
 
 #: LoadGen's confidence for early stopping (hard-coded there too).
 CONFIDENCE = 0.99
@@ -156,7 +156,7 @@ def clustered_tail(
     _, inverse = np.unique(labels, return_inverse=True)
     above = np.bincount(inverse, weights=(x > cut).astype(np.float64))
     trials = np.bincount(inverse).astype(np.float64)
-    share = stats.clustered_share(above, trials)
+    share = hypotheses.clustered_share(above, trials)
     # An empirical quantile with nothing above it (ties at the top) says nothing of
     # clustering: then each session is taken as one sample, the cautious reading.
     n_eff = share.n_effective if 0 < share.share < 1 else float(share.n_units)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses
 from sessiongen.analysis.correctness import (
     AGREES,
     ALPHA,
@@ -54,7 +54,7 @@ class NoiseBaseline:
     ``base_diverged``: the baseline's comparisons (ON requests the pool did not serve,
     and the OFF arm's answers to a prompt against each other) and disagreements.
     ``p_value``: the one-sided exact test that the pool-served rate is higher
-    (:func:`sessiongen.analysis.stats.rate_exceeds`), ``alpha`` its level.
+    (:func:`sessiongen.analysis.hypotheses.rate_exceeds`), ``alpha`` its level.
     """
 
     pool_compared: int
@@ -69,7 +69,7 @@ class NoiseBaseline:
         cls, pool: tuple[int, int], base: tuple[int, int], alpha: float = ALPHA
     ) -> NoiseBaseline:
         """From (compared, diverged) of the pool-served requests and of the baseline."""
-        p = stats.rate_exceeds(pool[1], pool[0], base[1], base[0])
+        p = hypotheses.rate_exceeds(pool[1], pool[0], base[1], base[0])
         return cls(pool[0], pool[1], base[0], base[1], p, alpha)
 
     @property

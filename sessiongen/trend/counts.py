@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses
 from sessiongen.records.format import CELL_KEYS as CELL
 from sessiongen.trend.series import Finding, Nights, aligned
 from sessiongen.trend.store import changed_versions
@@ -67,7 +67,7 @@ def errors_above_baseline(
     Failed requests have a rate of their own on every target (a replica's occasional
     timeout); an alarm on any error at all fired night after night on a store whose rate
     never changed. The newest nights' pooled rate is tested against the earlier nights'
-    (one-sided exact test, :func:`~sessiongen.analysis.stats.rate_exceeds`, level
+    (one-sided exact test, :func:`~sessiongen.analysis.hypotheses.rate_exceeds`, level
     :data:`ERROR_ALPHA`). With fewer than two earlier nights there is no baseline, and
     errors on each of the newest nights are a finding, as before.
     """
@@ -75,7 +75,7 @@ def errors_above_baseline(
     r = np.nan_to_num(requests)
     if start < 2 or r[:start].sum() <= 0:
         return True
-    p = stats.rate_exceeds(
+    p = hypotheses.rate_exceeds(
         int(e[start:].sum()), int(r[start:].sum()), int(e[:start].sum()), int(r[:start].sum())
     )
     return p < ERROR_ALPHA

@@ -341,7 +341,7 @@ def test_the_statistics_page_states_its_constants_and_arithmetic_as_the_code_has
 
 
 def test_the_correctness_page_states_the_tests_examples_as_computed() -> None:
-    from sessiongen.analysis.stats import rate_exceeds
+    from sessiongen.analysis.hypotheses import rate_exceeds
 
     text = flat("concepts/correctness.md")
     examples = (

@@ -1,4 +1,4 @@
-"""The goodput interval (stats.clustered_share): Clopper-Pearson on the effective sample
+"""The goodput interval (hypotheses.clustered_share): Clopper-Pearson on the effective sample
 size (Korn & Graubard 1998). All good reads at the top, never below 99% good; the lower
 end rises with the good turns; a nominal 95% interval covers clustered binomial data."""
 
@@ -9,22 +9,22 @@ import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses
 
 
 def test_clopper_pearson_matches_the_textbook_values() -> None:
-    low, high = stats.clopper_pearson(9, 10)
+    low, high = hypotheses.clopper_pearson(9, 10)
     assert round(low, 4) == 0.555 and round(high, 4) == 0.9975  # Clopper & Pearson 1934
-    assert stats.clopper_pearson(10, 10) == (0.025 ** (1 / 10), 1.0)
-    assert stats.clopper_pearson(0, 10)[0] == 0.0
+    assert hypotheses.clopper_pearson(10, 10) == (0.025 ** (1 / 10), 1.0)
+    assert hypotheses.clopper_pearson(0, 10)[0] == 0.0
 
 
 def test_all_good_sits_at_the_top_and_above_99_percent() -> None:
     # The bug report: 16 sessions of 8 turns, all good, read 1.00 [0.80, 1.00] while one
     # bad turn (99.2%) read [0.94, 1.00]: the all-good interval must not be the less sure.
     turns = np.full(16, 8)
-    good = stats.clustered_share(turns, turns)
-    one_bad = stats.clustered_share(np.r_[7, np.full(15, 8)], turns)
+    good = hypotheses.clustered_share(turns, turns)
+    one_bad = hypotheses.clustered_share(np.r_[7, np.full(15, 8)], turns)
     assert good.share == 1.0 and good.high == 1.0
     assert good.low > one_bad.low > 0.94
     assert good.low > 0.96  # (0.025)^(1/n*), n* = 128 (t_127 / t_15)^2
@@ -45,8 +45,8 @@ def test_all_good_is_never_less_sure_than_any_sample_of_the_same_sessions(
     sample: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
 ) -> None:
     good, turns = sample
-    top = stats.clustered_share(turns, turns)
-    other = stats.clustered_share(good, turns)
+    top = hypotheses.clustered_share(turns, turns)
+    other = hypotheses.clustered_share(good, turns)
     assert top.high == 1.0
     assert top.low >= other.low
 
@@ -68,7 +68,7 @@ def test_interval_rises_with_the_good_turns(sessions: int, turns: int, whole: bo
     sizes = np.full(sessions, turns)
     step = turns if whole else 1
     shares = [
-        stats.clustered_share(_layout(sessions, turns, bad, whole=whole), sizes)
+        hypotheses.clustered_share(_layout(sessions, turns, bad, whole=whole), sizes)
         for bad in range(sessions * turns, -1, -step)
     ]
     lows, highs = np.array([s.low for s in shares]), np.array([s.high for s in shares])
@@ -80,8 +80,8 @@ def test_design_effect_can_still_lower_the_bound_between_layouts() -> None:
     # What the method does not promise (hypothesis found it): one more good turn in a
     # session already above the mean spreads the sessions apart, the design effect
     # rises, and the lower end falls. Monotone along a layout, not in every session.
-    before = stats.clustered_share([1, 2, 3, 3, 3], np.full(5, 3))
-    after = stats.clustered_share([1, 3, 3, 3, 3], np.full(5, 3))
+    before = hypotheses.clustered_share([1, 2, 3, 3, 3], np.full(5, 3))
+    after = hypotheses.clustered_share([1, 3, 3, 3, 3], np.full(5, 3))
     assert after.share > before.share and after.design_effect > before.design_effect
 
 
@@ -91,7 +91,7 @@ def _coverage(truth: float, concentration: float, sessions: int, turns: int, rep
     covered = 0
     for _ in range(reps):
         good = rng.binomial(turns, rng.beta(a, b, size=sessions))
-        share = stats.clustered_share(good, np.full(sessions, turns))
+        share = hypotheses.clustered_share(good, np.full(sessions, turns))
         covered += share.low <= truth <= share.high
     return covered / reps
 

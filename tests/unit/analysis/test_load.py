@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sessiongen.analysis import load, stats
+from sessiongen.analysis import hypotheses, load
 from sessiongen.analysis.frames import rows_frame
 from sessiongen.records.format import REQUEST_SCHEMA, RunMeta
 from sessiongen.records.run import Run
@@ -40,9 +40,9 @@ def level_rows(level: float, cache: str, ttfts: list[float]) -> list[dict[str, A
 
 
 def test_wilson_interval() -> None:
-    low, high = stats.wilson(9, 10)
+    low, high = hypotheses.wilson(9, 10)
     assert 0.59 < low < 0.6 and 0.98 < high < 0.99  # 0.596, 0.982 (Wilson 1927)
-    assert all(math.isnan(v) for v in stats.wilson(0, 0))
+    assert all(math.isnan(v) for v in hypotheses.wilson(0, 0))
 
 
 @pytest.mark.parametrize("sessions", [8, 20])
@@ -55,9 +55,9 @@ def test_goodput_interval_covers_with_sessions_as_units(sessions: int) -> None:
     reps = 1000
     for _ in range(reps):
         good = rng.binomial(6, rng.beta(1.6, 0.4, size=sessions))
-        share = stats.clustered_share(good, np.full(sessions, 6))
+        share = hypotheses.clustered_share(good, np.full(sessions, 6))
         covered += share.low <= 0.8 <= share.high
-        low, high = stats.wilson(int(good.sum()), 6 * sessions)
+        low, high = hypotheses.wilson(int(good.sum()), 6 * sessions)
         naive += low <= 0.8 <= high
     assert 0.93 <= covered / reps <= 0.97, covered
     assert naive / reps < 0.9  # what the interval over turns gave
@@ -71,7 +71,7 @@ def test_goodput_table_names_its_unit() -> None:
     row = table.row(0, named=True)
     assert row["good_units"] == 2 and row["good_turns"] == 0.5
     assert row["good_turns_high"] - row["good_turns_low"] > 0.9  # two sessions say little
-    naive = stats.wilson(20, 40)
+    naive = hypotheses.wilson(20, 40)
     assert naive[1] - naive[0] < 0.35
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sessiongen.analysis import stats
+from sessiongen.analysis import hypotheses, stats
 
 TRUE_MEDIAN = 2.0  # lognormal(mu=ln 2, sigma) has median exactly 2
 
@@ -119,11 +119,18 @@ def test_stable_seed_depends_on_key_only() -> None:
 
 def test_rate_exceeds_takes_each_column_as_a_sample() -> None:
     # scipy's boschloo_exact reads columns as the two samples; rows gave 0.049 here.
-    assert stats.rate_exceeds(2, 50, 0, 130) == pytest.approx(0.0566, abs=5e-4)
-    assert stats.rate_exceeds(3, 50, 0, 130) < 0.05 < stats.rate_exceeds(2, 50, 0, 130)
-    assert stats.rate_exceeds(0, 50, 3, 130) == 1.0 and stats.rate_exceeds(5, 0, 0, 10) == 1.0
+    assert hypotheses.rate_exceeds(2, 50, 0, 130) == pytest.approx(0.0566, abs=5e-4)
+    assert hypotheses.rate_exceeds(3, 50, 0, 130) < 0.05 < hypotheses.rate_exceeds(2, 50, 0, 130)
+    assert (
+        hypotheses.rate_exceeds(0, 50, 3, 130) == 1.0
+        and hypotheses.rate_exceeds(5, 0, 0, 10) == 1.0
+    )
     # Fisher's, for large tables, agrees in direction.
-    assert stats.rate_exceeds(30, 1000, 5, 1000) < 1e-4 < stats.rate_exceeds(5, 1000, 30, 1000)
+    assert (
+        hypotheses.rate_exceeds(30, 1000, 5, 1000)
+        < 1e-4
+        < hypotheses.rate_exceeds(5, 1000, 30, 1000)
+    )
 
 
 def test_rate_exceeds_holds_its_level() -> None:
@@ -134,7 +141,7 @@ def test_rate_exceeds_holds_its_level() -> None:
         (k1, k0)
         for k1 in range(13)
         for k0 in range(25)
-        if stats.rate_exceeds(k1, 12, k0, 24) < 0.05
+        if hypotheses.rate_exceeds(k1, 12, k0, 24) < 0.05
     ]
     size = max(
         sum(binom.pmf(k1, 12, p) * binom.pmf(k0, 24, p) for k1, k0 in reject)
