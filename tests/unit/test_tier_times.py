@@ -79,3 +79,18 @@ def test_recorded_times_are_what_the_docs_quote(
     assert got["total.wall_s"] == 681 and got["total.min"] == 11.3
     text = figures.fill("fast tier {{ test-times:test_fast.min:.1f }} min")
     assert text == "fast tier 9.6 min"
+
+
+def test_passed_counts_come_from_each_tiers_pytest_summary(tmp_path: Path) -> None:
+    log = tmp_path / "make-test.log"
+    log.write_text(
+        "time: typecheck 18 s (exit 0, load average 2.06 1.99 3.37)\n"
+        "2163 passed, 1 skipped in 584.65s (0:09:44)\n"
+        "time: test-fast 587 s (exit 0, load average 3.77 3.68 3.73)\n"
+        "time: real-stack 69 s (exit 0, load average 2.68 3.38 3.62)\n"
+        "33 passed in 900.1s\n"
+        "time: test-real 905 s (exit 0, load average 3.0 3.0 3.0)\n"
+    )
+    tiers = _load("tier_times_counts", SCRIPT)
+    counts = tiers.passed_counts(log)
+    assert counts == {"test_fast.passed": 2163, "test_real.passed": 33}
