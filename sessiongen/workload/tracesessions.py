@@ -23,12 +23,19 @@ The rules (issue 21), in the order the reader gives the lines (:mod:`.trace`):
 A request whose prompt and output cannot fit the model's context (``max_model_len``
 of the simulated pair or of managed replicas; endpoints say nothing, so nothing is
 checked) is refused here, with the count and the longest, before anything is sent.
+
+A process parses a trace file once for the same settings (:func:`load_sessions` keeps
+the last few, keyed by the file's path and a digest of its bytes): a plan's cache arms,
+configurations and replicates all replay the same sessions.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
@@ -115,16 +122,35 @@ def check_context(sessions: Iterable[TraceSession], limit: int | None, source: s
 
 def load_sessions(scenario: Scenario) -> list[TraceSession]:
     """The scenario's trace read (``[sessions.trace]``) and made into sessions, checked
-    against the model's context length."""
+    against the model's context length; read once a process for the same file and
+    settings (the module doc)."""
     spec = scenario.sessions.trace
     path = spec.path(scenario.source)
+    settings = (spec.block_tokens, spec.limit, spec.window(), spec.speedup)
+    limit = context_limit(scenario)
+    try:
+        digest = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except OSError:  # the reader's own one-line error names the file
+        return list(_read_sessions(path, settings, limit))
+    return list(_read_cached(path, digest, settings, limit))
+
+
+_Settings = tuple[int, int | None, float | tuple[float, float] | None, float]
+
+
+@functools.lru_cache(maxsize=4)
+def _read_cached(
+    path: Path, digest: str, settings: _Settings, limit: int | None
+) -> tuple[TraceSession, ...]:
+    """:func:`_read_sessions` of the file whose bytes have this digest."""
+    return _read_sessions(path, settings, limit)
+
+
+def _read_sessions(path: Path, settings: _Settings, limit: int | None) -> tuple[TraceSession, ...]:
+    block_tokens, most, window, speedup = settings
     requests = read_trace(
-        path,
-        block_tokens=spec.block_tokens,
-        limit=spec.limit,
-        window=spec.window(),
-        speedup=spec.speedup,
+        path, block_tokens=block_tokens, limit=most, window=window, speedup=speedup
     )
-    sessions = trace_sessions(requests, spec.block_tokens)
-    check_context(sessions, context_limit(scenario), str(path))
-    return sessions
+    sessions = trace_sessions(requests, block_tokens)
+    check_context(sessions, limit, str(path))
+    return tuple(sessions)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from sessiongen import replay, scenario
 from sessiongen.errors import ScenarioError
+from sessiongen.workload import tracesessions
 from sessiongen.workload.sessions import SessionBuilder
-from sessiongen.workload.trace import read_trace
+from sessiongen.workload.trace import TraceRequest, read_trace
 from sessiongen.workload.tracesessions import trace_sessions
 from tests.support.paths import ROOT
 
@@ -128,3 +131,40 @@ def test_prompts_longer_than_the_model_are_refused_before_any_run(tmp_path: Path
         "(input_length + output_length); the longest needs 4344 (line 12)"
     ), str(info.value)
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_trace_is_parsed_once_for_the_same_bytes_and_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plan's arms, configurations and replicates each asked for the trace's sessions,
+    # and each parsed the file again (1.8 s of CPU a time on a 12k-request trace).
+    trace = tmp_path / "t.jsonl"
+    rows: list[dict[str, object]] = [
+        {"session_id": "a", "timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1]},
+        {
+            "session_id": "a",
+            "delay": 5,
+            "input_length": 600,
+            "output_length": 2,
+            "hash_ids": [1, 2],
+        },
+    ]
+    write_trace(trace, rows)
+    parsed: list[Path] = []
+
+    def counting(path: Path, **kwargs: Any) -> Iterator[TraceRequest]:
+        parsed.append(path)
+        return read_trace(path, **kwargs)
+
+    monkeypatch.setattr(tracesessions, "read_trace", counting)
+    sc = scenario.load(CHAT, [f"sessions.trace.file={trace}"])
+    first, again = tracesessions.load_sessions(sc), tracesessions.load_sessions(sc)
+    assert first == again and len(parsed) == 1
+    assert [len(s.turns) for s in first] == [2]
+    # other settings, or other bytes at the same path, are parsed anew
+    tracesessions.load_sessions(
+        scenario.load(CHAT, [f"sessions.trace.file={trace}", "sessions.trace.speedup=3"])
+    )
+    write_trace(trace, rows[:1])
+    changed = tracesessions.load_sessions(sc)
+    assert len(parsed) == 3 and [len(s.turns) for s in changed] == [1]
