@@ -104,3 +104,18 @@ BLOCK_TOKENS_OPTION = click.option(
     show_default=True,
     help="Tokens per hash id.",
 )
+
+#: ``--pays-at``'s default: :data:`sessiongen.analysis.payoff.DEFAULT_PAYS_AT`, written here
+#: so that the CLI's start-up imports no analysis (a test keeps the two equal).
+PAYS_AT = 1.1
+
+
+def pays_at_option(help: str) -> Callable[[F], F]:
+    """``--pays-at``: the session gain the pool must reach (replay and plan)."""
+    return click.option(
+        "--pays-at",
+        type=click.FloatRange(min=0, min_open=True),
+        default=PAYS_AT,
+        show_default=True,
+        help=help,
+    )

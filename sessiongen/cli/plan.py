@@ -8,6 +8,7 @@ from typing import cast
 import click
 
 from sessiongen.cli.common import (
+    pays_at_option,
     set_option,
 )
 from sessiongen.infra.stages import TIMER, stage
@@ -66,13 +67,9 @@ from sessiongen.infra.stages import TIMER, stage
     "pauses, lengths; and the fit's parameter draws when the profile carries them), "
     "their sessions pooled for the intervals.",
 )
-@click.option(
-    "--pays-at",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.1,
-    show_default=True,
-    help="The session gain (OFF / ON) the pool must reach: its 95% interval wholly at or "
-    "above it pays, wholly below does not pay, straddling it is undecided.",
+@pays_at_option(
+    "The session gain (OFF / ON) the pool must reach: its 95% interval wholly at or "
+    "above it pays, wholly below does not pay, straddling it is undecided."
 )
 @click.option(
     "--find",

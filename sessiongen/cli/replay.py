@@ -11,6 +11,7 @@ from sessiongen import scenario as scenario_mod
 from sessiongen.cli.common import (
     allow_arm_mismatch_option,
     load_scenario,
+    pays_at_option,
     set_option,
 )
 from sessiongen.scenario.schema import check_field
@@ -90,13 +91,9 @@ from sessiongen.scenario.schema import check_field
     is_flag=True,
     help="Measure the client's own overhead at this load first; kept in the manifest.",
 )
-@click.option(
-    "--pays-at",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.1,
-    show_default=True,
-    help="The session gain (OFF / ON) the pool must reach, as for plan: its 95% interval "
-    "wholly at or above it pays, wholly below does not pay, straddling it is undecided.",
+@pays_at_option(
+    "The session gain (OFF / ON) the pool must reach, as for plan: its 95% interval "
+    "wholly at or above it pays, wholly below does not pay, straddling it is undecided."
 )
 @allow_arm_mismatch_option
 @set_option
