@@ -204,22 +204,16 @@ def update_data(section: str, rows: dict[str, dict[str, Any]]) -> dict[str, Any]
     data[section] = {"rows": dict(sorted(merged.items()))}
     if section == "served":
         data[section]["largest_rate_sustained"] = largest_sustained(list(merged.values()))
-    atomic_write_json(DATA, stamped(data))
+    atomic_write_json(DATA, stamped(data, newest=next(iter(rows.values()))))
     print(f"wrote {DATA.relative_to(ROOT)} [{section}]")
     return dict(data[section])
 
 
-def stamped(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the docs' common head (docs/figures.py): the newest row's commit, date,
-    machine and load, both benches' commands, and flat ``figures`` the docs quote
-    (``served.ARM_NR_ENGINE.largest_rate``, ``client.in_flight_N.added_ttft_p99_ms``...);
-    every row keeps its own provenance beside them."""
-    rows = [
-        row
-        for section in ("served", "client")
-        for row in data.get(section, {}).get("rows", {}).values()
-    ]
-    newest = max(rows, key=lambda row: (row["date"], row["commit"] == rows[-1]["commit"]))
+def stamped(data: dict[str, Any], *, newest: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the docs' common head (docs/figures.py): the ``newest`` row's commit,
+    date, machine and load (a row this run wrote), both benches' commands, and flat
+    ``figures`` the docs quote (``served.ARM_NR_ENGINE.largest_rate``,
+    ``client.in_flight_N.added_ttft_p99_ms``...); every row keeps its own provenance."""
     figures: dict[str, Any] = {}
     for config, rate in data.get("served", {}).get("largest_rate_sustained", {}).items():
         figures[f"served.{config.replace('-', '_')}.largest_rate"] = rate
