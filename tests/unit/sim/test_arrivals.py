@@ -16,10 +16,20 @@ from sessiongen.sim.wire import ARRIVAL_HEADER, REQUEST_KEY_HEADER
 from tests.conftest import SimServers
 
 
-async def complete(server: TestServer, ids: list[int], arrival_s: float | None) -> dict[str, Any]:
-    """The ``sim`` facts of one non-streaming request, stating ``arrival_s`` if given."""
-    body = {"model": "sim-27b", "prompt": ids, "max_tokens": 20, "ignore_eos": True}
+async def complete(
+    server: TestServer,
+    ids: list[int],
+    arrival_s: float | None,
+    *,
+    max_tokens: int = 20,
+    key: str | None = None,
+) -> dict[str, Any]:
+    """The ``sim`` facts of one non-streaming request, stating ``arrival_s`` and its noise
+    ``key`` if given."""
+    body = {"model": "sim-27b", "prompt": ids, "max_tokens": max_tokens, "ignore_eos": True}
     headers = {} if arrival_s is None else {ARRIVAL_HEADER: repr(arrival_s)}
+    if key is not None:
+        headers[REQUEST_KEY_HEADER] = key
     async with (
         aiohttp.ClientSession() as session,
         session.post(server.make_url("/v1/completions"), json=body, headers=headers) as resp,

@@ -26,13 +26,7 @@ from sessiongen.sim import cache, compiled
 from sessiongen.sim.virtual import Arrival, RequestResult, VirtualDriver
 from tests.unit.capacity.test_plan_paths import PLANNABLE, _small
 
-
-@pytest.fixture(autouse=True)
-def _built() -> None:
-    if os.environ.get(compiled.ENV) == "python":
-        pytest.skip("SESSIONGEN_ENGINE=python: the compiled engine was not chosen")
-    if compiled.core() is None:
-        pytest.fail(f"the compiled engine is {compiled._load()[1]}")
+pytestmark = pytest.mark.usefixtures("compiled_engine")
 
 
 def _plan(path: Path, tokens: Tokens, engine: str, monkeypatch: pytest.MonkeyPatch) -> Any:

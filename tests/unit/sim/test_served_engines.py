@@ -11,7 +11,6 @@ two requests and not their answers (eviction, preemption, queueing).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +23,7 @@ from aiohttp.test_utils import TestServer
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import compiled
 from sessiongen.sim.server import make_apps
-from sessiongen.sim.wire import ARRIVAL_HEADER, REQUEST_KEY_HEADER
+from tests.unit.sim.test_arrivals import complete
 
 Serve = Callable[[web.Application], Awaitable[TestServer]]
 
@@ -39,12 +38,7 @@ REQUESTS = 24
 FIRST_S = 30.0  # modeled: 1.5 s wall at the time scale below, for the handlers to come in
 
 
-@pytest.fixture(autouse=True)
-def _built() -> None:
-    if os.environ.get(compiled.ENV) == "python":
-        pytest.skip("SESSIONGEN_ENGINE=python: the compiled engine was not chosen")
-    if compiled.core() is None:
-        pytest.fail(f"the compiled engine is {compiled._load()[1]}")
+pytestmark = pytest.mark.usefixtures("compiled_engine")
 
 
 def _prompt(i: int) -> list[int]:
@@ -54,15 +48,8 @@ def _prompt(i: int) -> list[int]:
 
 async def _one(server: TestServer, i: int) -> dict[str, Any]:
     output = 100 + 100 * (i % 4)
-    body = {"model": "sim-27b", "prompt": _prompt(i), "max_tokens": output, "ignore_eos": True}
-    headers = {ARRIVAL_HEADER: repr(FIRST_S + 0.15 * i), REQUEST_KEY_HEADER: f"7/0/{i}/1"}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(server.make_url("/v1/completions"), json=body, headers=headers) as resp,
-    ):
-        assert resp.status == 200, await resp.text()
-        facts: dict[str, Any] = orjson.loads(await resp.read())["sim"]
-        return facts
+    arrival = FIRST_S + 0.15 * i
+    return await complete(server, _prompt(i), arrival, max_tokens=output, key=f"7/0/{i}/1")
 
 
 async def _serve(serve: Serve, engine: compiled.Engine, mode: str) -> list[dict[str, Any]]:
