@@ -62,10 +62,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
-from scipy import stats as sps
 
 from sessiongen.analysis import stats
 from sessiongen.analysis.comparecells import resampled, with_failures
@@ -82,8 +81,14 @@ from sessiongen.analysis.runnoise import (
 )
 from sessiongen.analysis.stats import DEFAULT_BOOTSTRAP, MIN_SESSIONS, Bootstrap
 from sessiongen.errors import RunDirError
+from sessiongen.infra.lazy import lazy_module
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run
+
+if TYPE_CHECKING:
+    from scipy import stats as sps
+else:
+    sps = lazy_module("scipy.stats")
 
 # The comparison's front: the noise's names in use (docs' figures, tests) are taken from here
 # too; they live in :mod:`.runnoise`.

@@ -28,12 +28,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
 
 from sessiongen.analysis.stats import Array, finite
+from sessiongen.infra.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from scipy import special as spc
+    from scipy import stats as sps
+else:
+    # scipy.special alone for the quantiles a plan needs (Clopper-Pearson, the clustered
+    # share's t ratio): they are the functions scipy.stats' beta.ppf and t.ppf call, and
+    # import in a third of the time
+    spc = lazy_module("scipy.special")
+    sps = lazy_module("scipy.stats")
 
 
 def welch_df(parts: Sequence[tuple[float, float]]) -> float:
@@ -162,8 +173,8 @@ def clopper_pearson(successes: float, n: float, *, conf: float = 0.95) -> tuple[
         return math.nan, math.nan
     x = min(max(successes, 0.0), n)
     tail = (1.0 - conf) / 2.0
-    low = 0.0 if x <= 0 else float(sps.beta.ppf(tail, x, n - x + 1))
-    high = 1.0 if x >= n else float(sps.beta.ppf(1.0 - tail, x + 1, n - x))
+    low = 0.0 if x <= 0 else float(spc.betaincinv(x, n - x + 1, tail))
+    high = 1.0 if x >= n else float(spc.betaincinv(x + 1, n - x, 1.0 - tail))
     return low, high
 
 
@@ -249,7 +260,7 @@ def clustered_share(
     n_star = n_eff
     if k >= 2 and n >= 2:
         q = 0.5 + conf / 2
-        n_star = n_eff * (float(sps.t.ppf(q, n - 1)) / float(sps.t.ppf(q, k - 1))) ** 2
+        n_star = n_eff * (float(spc.stdtrit(n - 1, q)) / float(spc.stdtrit(k - 1, q))) ** 2
     low, high = clopper_pearson(p * n_star, n_star, conf=conf)
     return ClusteredShare(p, low, high, int(n), k, n_eff)
 

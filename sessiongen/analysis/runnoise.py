@@ -7,13 +7,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats as sps
 
 from sessiongen.analysis import hypotheses, stats
 from sessiongen.analysis.comparecells import CellData
+from sessiongen.infra.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from scipy import stats as sps
+else:
+    sps = lazy_module("scipy.stats")
 
 
 @dataclass(frozen=True)

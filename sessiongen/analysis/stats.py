@@ -64,11 +64,17 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
+
+from sessiongen.infra.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from scipy import stats as sps
+else:
+    sps = lazy_module("scipy.stats")
 
 Array = npt.NDArray[np.float64]
 SeedLike = int | Sequence[int]

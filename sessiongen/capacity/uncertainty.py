@@ -34,12 +34,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
 
+from sessiongen.infra.lazy import lazy_module
 from sessiongen.records.run import Run
+
+if TYPE_CHECKING:
+    from scipy import stats as sps
+else:
+    sps = lazy_module("scipy.stats")
 
 #: The normal quantile of a two-sided 95% interval.
 Z95 = 1.959963984540054

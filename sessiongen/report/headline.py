@@ -5,13 +5,14 @@ speedup curve, with the later turns where the pool surely costs more than recomp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
-from scipy import stats as sps
 
 from sessiongen import analysis
 from sessiongen.analysis import stats
 from sessiongen.analysis.stats import MIN_SESSIONS, Bootstrap
+from sessiongen.infra.lazy import lazy_module
 from sessiongen.records.run import Run
 from sessiongen.report.decision import Decision
 from sessiongen.report.document import (
@@ -21,6 +22,11 @@ from sessiongen.report.document import (
     Paragraph,
 )
 from sessiongen.report.frames import Frames, show
+
+if TYPE_CHECKING:
+    from scipy import stats as sps
+else:
+    sps = lazy_module("scipy.stats")
 
 HEADLINE = "Headline: shared-cache speedup per turn"
 

@@ -107,3 +107,25 @@ def test_coverage_of_clustered_binomial_data() -> None:
         for k in (8, 30)
     }
     assert min(got.values()) >= 0.90, got
+
+
+def test_clopper_pearson_and_the_clustered_share_equal_scipy_stats_quantiles() -> None:
+    # hypotheses reads beta.ppf and t.ppf as the scipy.special functions they call
+    # (betaincinv, stdtrit): the same floats, without importing scipy.stats
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    tail = (1.0 - 0.95) / 2.0  # as clopper_pearson computes it (not the literal 0.025)
+    for x, n in zip(rng.uniform(0.1, 400, 50), rng.uniform(401, 900, 50), strict=True):
+        low, high = hypotheses.clopper_pearson(x, n)
+        assert low == float(stats.beta.ppf(tail, x, n - x + 1))
+        assert high == float(stats.beta.ppf(1.0 - tail, x + 1, n - x))
+    trials = rng.integers(1, 9, 30).astype(float)
+    good = np.minimum(trials, rng.integers(0, 9, 30)).astype(float)
+    share = hypotheses.clustered_share(good, trials)
+    n, k = float(trials.sum()), trials.size
+    ratio = float(stats.t.ppf(0.975, n - 1)) / float(stats.t.ppf(0.975, k - 1))
+    expected = hypotheses.clopper_pearson(
+        share.share * share.n_effective * ratio**2, share.n_effective * ratio**2
+    )
+    assert (share.low, share.high) == expected

@@ -94,3 +94,25 @@ def test_the_estimate_covers_the_true_percentile_at_least_as_often_as_promised()
     true_p90 = float(np.exp(0.5 * 1.2815515655446004))  # lognormal(0, 0.5)
     below = [tail(rng.lognormal(0.0, 0.5, 200), 0.9).value >= true_p90 for _ in range(300)]
     assert np.mean(below) >= 0.97  # promised 0.99; 300 trials
+
+
+def _binom_search(t: int, p: float, confidence: float) -> int:
+    """min_passing's search written on scipy.stats.binom.cdf, its textbook form."""
+    from scipy import stats
+
+    def passing(h: int) -> bool:
+        return float(stats.binom.cdf(t, h + t, 1.0 - p)) < 1.0 - confidence
+
+    h = 1
+    while not passing(h):
+        h += 1
+    return h
+
+
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.95, 0.99])
+@pytest.mark.parametrize("confidence", [0.95, 0.99])
+def test_min_passing_equals_the_search_on_the_binomial_cdf(p: float, confidence: float) -> None:
+    # min_passing reads the binomial CDF as scipy.special's incomplete beta (a third of
+    # scipy.stats' import time); the smallest passing h must be the same integer
+    for t in (0, 1, 2, 3, 7, 20, 61):
+        assert min_passing(t, p, confidence) == _binom_search(t, p, confidence), t

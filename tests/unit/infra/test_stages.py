@@ -74,10 +74,12 @@ def test_plan_verbose_prints_its_stages(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_the_planner_imports_no_figures_nor_client() -> None:
     """A plan's start-up: matplotlib only where a figure is drawn, the served client's
-    aiohttp never (the run report's stack is imported where it is used)."""
+    aiohttp never (the run report's stack is imported where it is used), scipy's
+    statistics only where a function first reads them (infra/lazy.py)."""
+    loaded = ("matplotlib", "aiohttp", "scipy.stats._stats_py", "scipy.special._ufuncs")
     code = (
         "import sys; import sessiongen.cli; import sessiongen.capacity.plan; "
-        "print(sorted(m for m in ('matplotlib', 'aiohttp') if m in sys.modules))"
+        f"print(sorted(m for m in {loaded!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
