@@ -1,11 +1,12 @@
-"""Build of sessiongen's one compiled module, the planner's engine (everything else is
-declared in pyproject.toml).
+"""Build of sessiongen's compiled modules (everything else is declared in pyproject.toml).
 
-``sessiongen/sim/_core.pyx`` is Cython compiled as C++. The extension is optional: where
-it cannot be built (no compiler), the install still succeeds and the planner runs the
-pure-Python engine, which gives the same results (``tests/unit/sim/test_engines.py``).
-Floating-point contraction is off so that ``a * b + c`` rounds twice, as Python does,
-on every architecture (aarch64 would otherwise fuse it).
+``sessiongen/sim/_core.pyx``, the planner's engine, is Cython compiled as C++;
+``sessiongen/workload/_reuse.pyx``, a trace's prefix-sharing walk, as C. Both are
+optional: where they cannot be built (no compiler), the install still succeeds and the
+pure-Python code runs, which gives the same results (``tests/unit/sim/test_engines.py``,
+``tests/unit/workload/test_reuse.py``). Floating-point contraction is off so that
+``a * b + c`` rounds twice, as Python does, on every architecture (aarch64 would
+otherwise fuse it).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class BuildPy(build_py):
 
 
 class OptionalBuildExt(build_ext):
-    """Builds the compiled engine where a compiler is at hand, and warns where it cannot
-    (the install goes on; the Python engine runs). ``Extension(optional=True)`` alone
+    """Builds the compiled modules where a compiler is at hand, and warns where it cannot
+    (the install goes on; the Python code runs). ``Extension(optional=True)`` alone
     does not do it: a missing compiler still failed ``pip install -e .``, and an
     editable install then copies every extension's build into the tree."""
 
@@ -47,8 +48,8 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # no compiler, no headers, a compile error
             self.failed.add(ext.name)
             self.warn(
-                f"{ext.name} not built ({exc}): the planner will run its pure-Python "
-                "engine (the same results, slower)"
+                f"{ext.name} not built ({exc}): its pure-Python counterpart will run "
+                "(the same results, slower)"
             )
 
     def copy_extensions_to_source(self) -> None:
@@ -68,7 +69,13 @@ core = Extension(
     optional=True,
 )
 
+reuse = Extension(
+    "sessiongen.workload._reuse",
+    ["sessiongen/workload/_reuse.pyx"],
+    optional=True,
+)
+
 setup(
-    ext_modules=cythonize([core], language_level=3, quiet=True),
+    ext_modules=cythonize([core, reuse], language_level=3, quiet=True),
     cmdclass={"build_py": BuildPy, "build_ext": OptionalBuildExt},
 )

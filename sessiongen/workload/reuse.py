@@ -21,14 +21,41 @@ Res. Dev. 19(4), 1975): the distance of a reference at time t to a block last us
 is the count of ones strictly between p and t. That is O(log n) a reference; memory is
 one slot per reference and one entry per distinct block, which suits traces of the
 Mooncake release's size (tens of thousands of requests), not a million-line stream.
+
+The walk is compiled (``_reuse.pyx``, built by ``pip install`` beside the simulator's
+engine) where it was built: the same walk over densified ids, which a planned trace's
+read otherwise spends most of its time in (bench/reuse_speed.py). It reads every request
+before yielding the first. The Python loop below is the reference, run where the
+kernel is missing or older than its source (an editable checkout not rebuilt since
+``_reuse.pyx`` changed), under ``SESSIONGEN_ENGINE=python`` (pure Python everywhere, as
+for the simulator's engine), or when asked with ``engine="python"``; both give the same
+facts (``tests/unit/workload/test_reuse.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+import itertools
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
 
+import numpy as np
+
+from sessiongen.errors import MissingDependencyError
 from sessiongen.workload.trace import TraceRequest
+
+#: The variable whose value ``python`` forces the pure-Python path (it chooses the
+#: simulator's engine too: :mod:`sessiongen.sim.compiled`, which workload does not import).
+ENGINE_ENV = "SESSIONGEN_ENGINE"
+
+#: Ids below this many times the reference count need no densifying (the walk's table
+#: of last uses then has at most that many slots a reference).
+_DIRECT = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +107,86 @@ class _Fenwick:
         return total
 
 
+@functools.cache
+def _load() -> tuple[ModuleType | None, str]:
+    """(the compiled kernel's module or None, why not)."""
+    try:
+        from sessiongen.workload import _reuse
+    except ImportError as exc:
+        return None, f"not built ({exc})"
+    built = Path(_reuse.__file__)
+    source = built.with_name("_reuse.pyx")
+    if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
+        return None, f"{built.name} is older than {source.name}: run pip install -e . again"
+    return _reuse, ""
+
+
+def kernel(engine: Literal["auto", "python", "compiled"] = "auto") -> Callable[..., Any] | None:
+    """The compiled walk, or None for the Python loop: ``engine``, or the environment's
+    choice when ``auto`` (a stale build says why once). Raises MissingDependencyError
+    when ``compiled`` is asked for and not usable."""
+    module, why = _load()
+    if engine == "python" or (engine == "auto" and os.environ.get(ENGINE_ENV) == "python"):
+        return None
+    if module is None:
+        if engine == "compiled":
+            raise MissingDependencyError(f"the compiled reuse kernel is {why}")
+        _warn_once(why)
+        return None
+    walk: Callable[..., Any] = module.prefix_columns
+    return walk
+
+
+@functools.cache
+def _warn_once(why: str) -> None:
+    if "older than" in why:
+        warnings.warn(f"prefix facts in Python: the compiled kernel {why}", stacklevel=4)
+
+
 def prefix_facts(
-    requests: Iterable[TraceRequest], block_tokens: int
+    requests: Iterable[TraceRequest],
+    block_tokens: int,
+    *,
+    engine: Literal["auto", "python", "compiled"] = "auto",
 ) -> Iterator[tuple[TraceRequest, PrefixFacts]]:
     """Each request with its :class:`PrefixFacts`, in order (see the module docstring)."""
+    walk = kernel(engine)
+    if walk is not None:
+        kept = list(requests)
+        columns = _columns(walk, kept)
+        if columns is not None:
+            for req, shared, distance in zip(kept, *columns, strict=True):
+                tokens = min(shared * block_tokens, req.input_length)
+                yield req, PrefixFacts(shared, tokens, None if distance < 0 else distance)
+            return
+        requests = kept
+    yield from _python_facts(requests, block_tokens)
+
+
+def _columns(
+    walk: Callable[..., Any], requests: list[TraceRequest]
+) -> tuple[list[int], list[int]] | None:
+    """(shared blocks, reuse distance or -1) of each request from the compiled walk;
+    None when an id does not fit 64 bits (the Python loop takes any integer)."""
+    counts = np.fromiter((len(r.hash_ids) for r in requests), np.int64, len(requests))
+    ids = itertools.chain.from_iterable(r.hash_ids for r in requests)
+    try:
+        flat = np.fromiter(ids, np.int64, int(counts.sum()))
+    except OverflowError:
+        return None
+    if flat.size and (flat.min() < 0 or flat.max() >= _DIRECT * flat.size):
+        distinct, dense = np.unique(flat, return_inverse=True)
+        flat, blocks = dense.astype(np.int64), len(distinct)
+    else:  # small ids index the walk's table as they are (sorting costs it twice over)
+        blocks = int(flat.max()) + 1 if flat.size else 0
+    shared, distance = walk(flat, counts, blocks)
+    return shared.tolist(), distance.tolist()
+
+
+def _python_facts(
+    requests: Iterable[TraceRequest], block_tokens: int
+) -> Iterator[tuple[TraceRequest, PrefixFacts]]:
+    """The reference walk, one reference at a time over a growing Fenwick tree."""
     last: dict[int, int] = {}
     marks = _Fenwick()
     t = 0
