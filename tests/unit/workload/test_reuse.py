@@ -135,6 +135,7 @@ def test_the_compiled_walk_gives_the_python_facts(scale: int) -> None:
 
 def test_the_environment_forces_python(monkeypatch: pytest.MonkeyPatch) -> None:
     need("compiled")
+    monkeypatch.delenv(reuse.ENGINE_ENV, raising=False)
     assert reuse.kernel() is not None
     monkeypatch.setenv(reuse.ENGINE_ENV, "python")
     assert reuse.kernel() is None
