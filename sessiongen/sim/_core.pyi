@@ -120,3 +120,6 @@ def chain_hash(
     r_inv: int,
     out: NDArray[np.uint64],
 ) -> int: ...
+def trace_tokens(
+    hash_ids: NDArray[np.uint64], length: int, block_tokens: int, out: NDArray[np.uint64]
+) -> None: ...

@@ -1498,3 +1498,30 @@ def chain_hash(
         inv *= r_inv
         fwd *= _R
     return scaled
+
+
+# --- a trace's token ids from its hash ids (capacity/prompts.py) -----------------------
+
+cdef uint64_t _SCRAMBLE = 0x9E3779B97F4A7C15ULL
+
+
+def trace_tokens(const uint64_t[::1] hash_ids, Py_ssize_t length, uint64_t block_tokens,
+                 uint64_t[::1] out):
+    """``capacity.prompts.block_ids``' token ids written to ``out[:length]``: token ``p``
+    of block ``h`` is ``((h * block_tokens + p) * scramble) >> 40``, modulo 2^64 as numpy
+    computes it, in one pass instead of five array operations."""
+    cdef Py_ssize_t i, b = 0, p = 0
+    cdef uint64_t base
+    if length > out.shape[0] or length > hash_ids.shape[0] * <Py_ssize_t>block_tokens:
+        raise ValueError("length: more tokens than out or the hash ids hold")
+    if length == 0:
+        return
+    base = hash_ids[0] * block_tokens
+    for i in range(length):
+        out[i] = ((base + <uint64_t>p) * _SCRAMBLE) >> 40
+        p += 1
+        if p == <Py_ssize_t>block_tokens:
+            p = 0
+            b += 1
+            if b < hash_ids.shape[0]:
+                base = hash_ids[b] * block_tokens

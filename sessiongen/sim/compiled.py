@@ -84,15 +84,21 @@ def _warn_once(why: str) -> None:
 
 def hash_kernel() -> Callable[..., Any] | None:
     """The compiled chain hash (:func:`sessiongen.sim.cache.KeyChain` hashes with numpy
-    without it), when the compiled engine is the one chosen (asked at every hash: the
-    environment is read each time, the choice it makes is cached)."""
-    return _kernel_for(os.environ.get(ENV) or "auto")
+    without it), when the compiled engine is the one chosen."""
+    return kernel("chain_hash")
+
+
+def kernel(name: str) -> Callable[..., Any] | None:
+    """The compiled module's function ``name`` when the compiled engine is the one chosen,
+    else None (its caller then runs its numpy twin). The environment is read at every
+    call; the choice it makes is cached."""
+    return _kernel_for(os.environ.get(ENV) or "auto", name)
 
 
 @functools.cache
-def _kernel_for(setting: str) -> Callable[..., Any] | None:
+def _kernel_for(setting: str, name: str) -> Callable[..., Any] | None:
     module = core()
     if module is None or setting == "python":
         return None
-    kernel: Callable[..., Any] = module.chain_hash
-    return kernel
+    function: Callable[..., Any] = getattr(module, name)
+    return function

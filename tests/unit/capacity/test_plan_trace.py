@@ -3,15 +3,19 @@ and facts, as replay sends them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from sessiongen import scenario
 from sessiongen.capacity.plan import plan
+from sessiongen.capacity.prompts import trace_prompt
 from sessiongen.capacity.virtual import Tokens, block_ids, virtual_replay
 from sessiongen.records.run import load_run
+from sessiongen.sim import compiled
 from sessiongen.workload.sessions import SessionBuilder
 from tests.support.paths import ROOT
 
@@ -112,3 +116,27 @@ def test_block_ids_share_exactly_the_blocks_their_hash_ids_share() -> None:
     assert (a[:700] == c).all()
     assert (a[1024:] != b[1024:1200]).mean() > 0.99
     assert (block_ids([3], 512, 512) != block_ids([4], 512, 512)).mean() > 0.99
+
+
+def test_trace_prompt_compiled_equals_its_numpy_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the compiled trace_tokens writes block_ids' ids in one pass; both must be the bits
+    if os.environ.get(compiled.ENV) == "python":
+        pytest.skip("SESSIONGEN_ENGINE=python: the compiled engine was not chosen")
+    if compiled.core() is None:
+        pytest.fail(f"the compiled engine is {compiled._load()[1]}")
+    rng = np.random.default_rng(5)
+    after = np.array([11, 12, 13], dtype=np.uint32)
+    cases = [([], 0), ([7], 1), ([7], 512), ([2**40 + 3, 9], 600), ([1, 2, 3], 1030)]
+    for _ in range(50):
+        n = int(rng.integers(1, 30))
+        ids = [int(x) for x in rng.integers(0, 2**62, n, dtype=np.int64)]
+        cases.append((ids, int(rng.integers((n - 1) * 512 + 1, n * 512 + 1))))
+    for ids, length in cases:
+        fast = trace_prompt(ids, length, 512, after)
+        monkeypatch.setenv(compiled.ENV, "python")
+        slow = trace_prompt(ids, length, 512, after)
+        monkeypatch.delenv(compiled.ENV)
+        assert fast.dtype == slow.dtype == np.uint64
+        assert np.array_equal(fast, slow), (ids, length)
+        assert np.array_equal(slow[:length], block_ids(ids, length, 512))
+        assert np.array_equal(slow[length:], after)
