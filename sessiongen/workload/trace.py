@@ -113,8 +113,9 @@ class _Line:
         value = self.row.get("hash_ids")
         if value is None:
             raise self.error("hash_ids", "missing")
-        if not isinstance(value, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in value
+        # type() rather than isinstance: a bool is not an id; one C pass over the ids
+        if not isinstance(value, list) or (
+            value and (set(map(type, value)) != {int} or min(value) < 0)
         ):
             raise self.error("hash_ids", f"expected a list of integers >= 0, got {show(value, 60)}")
         want = blocks_for(input_length, block_tokens)

@@ -58,6 +58,19 @@ _STREAM = 0x7472616365  # "trace"
 UnitIds = NDArray[np.int64]
 
 
+def check_tokenizer(generator: TextGenerator) -> None:
+    """A trace's texts are exact to the token only with a tokenizer that splits on spaces
+    before BPE: a one-line error otherwise (checked when the trace is loaded, before any
+    text is made)."""
+    if not generator.exact_by_units:
+        raise ScenarioError(
+            "model.tokenizer",
+            "",
+            f"trace prompts need a tokenizer that splits on spaces before BPE (cl100k); "
+            f"{generator.tokenizer.identity} does not",
+        )
+
+
 class TracePrompts:
     """The prompts of one run's trace requests: ``text(request)`` is exact to the token."""
 
@@ -70,13 +83,7 @@ class TracePrompts:
         block_tokens: int = DEFAULT_BLOCK_TOKENS,
         cache_blocks: int = 4096,
     ) -> None:
-        if not generator.exact_by_units:
-            raise ScenarioError(
-                "model.tokenizer",
-                "",
-                f"trace prompts need a tokenizer that splits on spaces before BPE (cl100k); "
-                f"{generator.tokenizer.identity} does not",
-            )
+        check_tokenizer(generator)
         if block_tokens < 1:
             raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
         self.generator = generator

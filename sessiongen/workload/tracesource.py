@@ -8,6 +8,7 @@ previous answer; the history mode and the probes do not apply.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from sessiongen.errors import ScenarioError
@@ -15,7 +16,7 @@ from sessiongen.scenario.spec import Scenario
 from sessiongen.workload.requests import Blob, Texts, TurnRequest
 from sessiongen.workload.source import Planned, SessionKey, check_memory
 from sessiongen.workload.textgen import TextGenerator
-from sessiongen.workload.traceprompts import TracePrompts
+from sessiongen.workload.traceprompts import TracePrompts, check_tokenizer
 from sessiongen.workload.tracesessions import TraceSession, load_sessions
 
 
@@ -35,10 +36,18 @@ class TraceSource:
                 "out (sessions.trace.speedup scales them)",
             )
         self.sessions: list[TraceSession] = load_sessions(scenario)
-        block = scenario.sessions.trace.block_tokens
-        self.prompts = TracePrompts(generator, seed=scenario.seed, salt=salt, block_tokens=block)
+        check_tokenizer(generator)
+        self._generator, self._salt = generator, salt
         fix = "set sessions.trace.limit or window_ms"
         check_memory(scenario, self, "sessions.trace", "the trace's prompts", fix)
+
+    @functools.cached_property
+    def prompts(self) -> TracePrompts:
+        """The texts of the trace's lines, made when a text is first asked for (a plan
+        in shape mode never asks)."""
+        block = self.scenario.sessions.trace.block_tokens
+        seed = self.scenario.seed
+        return TracePrompts(self._generator, seed=seed, salt=self._salt, block_tokens=block)
 
     def planned(self) -> list[Planned]:
         """The trace's sessions in the order of their first lines (``context_tokens`` 0: a
