@@ -43,6 +43,7 @@ from sessiongen.experiment.script import BlockScript, Send
 from sessiongen.experiment.warmups import Warmup, warmup_tokens, warmups
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
+from sessiongen.infra.stages import stage
 from sessiongen.records import io
 from sessiongen.records.format import Manifest, TargetInfo
 from sessiongen.scenario.routerspec import GATEWAY, router_policy
@@ -365,8 +366,10 @@ def plan_run(
     check_plannable(scenario)
     engine = resolve()
     salt = os.urandom(6).hex()
-    world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
-    prompts = Prompts(scenario, world, salt, tokens)
+    with stage("simulated pair set up (profile, tokenizer)"):
+        world = World(scenario.target.sim, scenario.model.name, shared_cache=True)
+    with stage("sessions and prompts set up (trace read, text generator)"):
+        prompts = Prompts(scenario, world, salt, tokens)
     plan = plan_blocks(scenario, list(scenario.design.blocks))
     # replay's warm-up length on the simulated pair, whose pool chunk is the profile's
     profile = scenario.target.sim
@@ -427,7 +430,9 @@ def plan_run(
         start += took
     manifest["ended_at"] = io.now_iso()
     manifest["complete"] = True
-    return PlannedRun(manifest, writer.frame())
+    with stage("records framed"):
+        frame = writer.frame()
+    return PlannedRun(manifest, frame)
 
 
 @dataclass(frozen=True)
