@@ -148,3 +148,20 @@ def test_rate_exceeds_holds_its_level() -> None:
         for p in [i / 50 for i in range(1, 50)]
     )
     assert size <= 0.05
+
+
+def test_quantiles_from_scipy_special_equal_scipy_stats() -> None:
+    # expanded_conf, t_interval and robust_sd call stdtrit and ndtr, the functions
+    # scipy.stats' t.ppf and norm.cdf call, so a plan never imports scipy.stats
+    from scipy import stats as sps
+
+    for n in range(2, 300):
+        t = float(sps.t.ppf((1.0 - 0.95) / 2.0, n - 1))
+        want = min(1.0 - 2.0 * float(sps.norm.cdf(math.sqrt(n / (n - 1)) * t)), 1.0 - 1e-12)
+        assert stats.expanded_conf(0.95, n) == want
+    x = np.random.default_rng(4).lognormal(0.0, 0.5, 40)
+    half = float(sps.t.ppf(0.975, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    interval = stats.t_interval(x)
+    assert (interval.low, interval.high) == (float(x.mean()) - half, float(x.mean()) + half)
+    low, high = np.quantile(x, [sps.norm.cdf(-1.0), sps.norm.cdf(1.0)])
+    assert stats.robust_sd(x) == float(high - low) / 2.0
