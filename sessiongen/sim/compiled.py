@@ -21,11 +21,11 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 from sessiongen.errors import MissingDependencyError, UserError
+from sessiongen.infra.extensions import load_fresh
 
 Engine = Literal["auto", "python", "compiled"]
 
@@ -38,15 +38,7 @@ ENGINES: tuple[Engine, ...] = ("auto", "python", "compiled")
 @functools.cache
 def _load() -> tuple[ModuleType | None, str]:
     """(the compiled module or None, why not)."""
-    try:
-        from sessiongen.sim import _core
-    except ImportError as exc:
-        return None, f"not built ({exc})"
-    built = Path(_core.__file__)
-    source = built.with_name("_core.pyx")
-    if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-        return None, f"{built.name} is older than {source.name}: run pip install -e . again"
-    return _core, ""
+    return load_fresh("sessiongen.sim._core")
 
 
 def core() -> ModuleType | None:

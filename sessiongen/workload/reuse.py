@@ -40,13 +40,13 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
 
 from sessiongen.errors import MissingDependencyError
+from sessiongen.infra.extensions import load_fresh
 from sessiongen.workload.trace import TraceRequest
 
 #: The variable whose value ``python`` forces the pure-Python path (it chooses the
@@ -110,15 +110,7 @@ class _Fenwick:
 @functools.cache
 def _load() -> tuple[ModuleType | None, str]:
     """(the compiled kernel's module or None, why not)."""
-    try:
-        from sessiongen.workload import _reuse
-    except ImportError as exc:
-        return None, f"not built ({exc})"
-    built = Path(_reuse.__file__)
-    source = built.with_name("_reuse.pyx")
-    if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-        return None, f"{built.name} is older than {source.name}: run pip install -e . again"
-    return _reuse, ""
+    return load_fresh("sessiongen.workload._reuse")
 
 
 def kernel(engine: Literal["auto", "python", "compiled"] = "auto") -> Callable[..., Any] | None:
