@@ -85,7 +85,10 @@ class TiktokenTokenizer:
         return list(self._enc.encode_ordinary(text))
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self._enc.encode_ordinary_batch(list(texts), num_threads=1)]
+        # one call a text: encode_ordinary_batch hands each text to a thread pool, which
+        # cost 15 us a text against 1 us (the text generator's 9,000 units: 0.14 s)
+        encode = self._enc.encode_ordinary
+        return [len(encode(t)) for t in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._enc.decode(list(ids)))
