@@ -113,6 +113,7 @@ class Cluster:
     def advance(self, until: float) -> None: ...
 
 def chain_hash(
+    before: NDArray[np.uint64],
     seq: NDArray[np.uint64],
     weights: NDArray[np.uint64],
     scaled: int,

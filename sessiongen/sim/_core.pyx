@@ -1468,6 +1468,7 @@ cdef inline uint64_t _power(uint64_t base, uint64_t exponent) noexcept:
 
 
 def chain_hash(
+    const uint64_t[::1] before,
     const uint64_t[::1] seq,
     const uint64_t[::1] weights,
     uint64_t scaled,
@@ -1475,22 +1476,33 @@ def chain_hash(
     uint64_t r_inv,
     uint64_t[::1] out,
 ):
-    """``KeyChain._hash``'s arithmetic for the whole blocks of ``seq`` (``len(weights)``
-    tokens each) that follow ``done`` hashed blocks whose running sum is ``scaled``:
-    writes their keys to ``out`` and returns the new running sum. Every operation is
-    modulo 2^64, as numpy's uint64 arrays compute it, so the keys are the same bits."""
+    """``KeyChain._hash``'s arithmetic for the whole blocks of ``before`` followed by
+    ``seq`` (``len(weights)`` tokens each; ``before``, the hashed chain's tail, is shorter
+    than a block, so only the first block can straddle the two: nothing is concatenated)
+    that follow ``done`` hashed blocks whose running sum is ``scaled``: writes their keys
+    to ``out`` and returns the new running sum. Every operation is modulo 2^64, as numpy's
+    uint64 arrays compute it, so the keys are the same bits."""
     cdef Py_ssize_t size = weights.shape[0]
-    cdef Py_ssize_t blocks = seq.shape[0] // size
+    cdef Py_ssize_t ahead = before.shape[0]
+    cdef Py_ssize_t blocks = (ahead + seq.shape[0]) // size
     cdef Py_ssize_t j, k
     cdef uint64_t digest, inv = _power(r_inv, done), fwd = _power(_R, done)
     cdef const uint64_t* tokens
     if out.shape[0] < blocks:
         raise ValueError("out: fewer slots than blocks")
+    if ahead >= size and blocks:
+        raise ValueError("before: a whole block or more")
     for j in range(blocks):
-        tokens = &seq[j * size]
         digest = 0
-        for k in range(size):
-            digest += tokens[k] * weights[k]
+        if j == 0 and ahead:
+            for k in range(ahead):
+                digest += before[k] * weights[k]
+            for k in range(ahead, size):
+                digest += seq[k - ahead] * weights[k]
+        else:
+            tokens = &seq[j * size - ahead]
+            for k in range(size):
+                digest += tokens[k] * weights[k]
         digest += (done + <uint64_t>j + 1) * _POSITION
         digest = _mix(digest) * inv
         scaled += digest

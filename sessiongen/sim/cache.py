@@ -261,13 +261,13 @@ class KeyChain:
         """Hash the pending tokens onto the hashed chain they follow."""
         assert self._pending is not None
         prefix, buf, own, base_scaled, base_tail, new = self._pending
-        seq = np.concatenate((base_tail, new)) if len(base_tail) else new
         size = self.block_tokens
-        blocks = len(seq) // size
+        blocks = (len(base_tail) + len(new)) // size
         self._pending = None
         if blocks == 0:
             self._prefix, self._buf, self._own = prefix, buf, own
-            self._scaled, self._tail = base_scaled, seq
+            self._scaled = base_scaled
+            self._tail = np.concatenate((base_tail, new)) if len(base_tail) else new
             return
         if buf.used != own:  # another extension appended here first
             if len(prefix):  # keep the shared prefix, copy the own keys
@@ -286,9 +286,14 @@ class KeyChain:
         out = buf.array[own : own + blocks]
         kernel = self._kernel
         if kernel is not None:  # the same arithmetic, compiled: one call, no temporaries
-            seq = np.ascontiguousarray(seq)
-            last = _U64(kernel(seq, _weights(size), int(base_scaled), done, _R_INV, out))
+            # (the tail and the new tokens apart: a 12k-token prompt is not copied)
+            new = np.ascontiguousarray(new)
+            base_tail = np.ascontiguousarray(base_tail)
+            w = _weights(size)
+            last = _U64(kernel(base_tail, new, w, int(base_scaled), done, _R_INV, out))
+            self._tail = new[blocks * size - len(base_tail) :].copy()  # not the prompt
         else:
+            seq = np.concatenate((base_tail, new)) if len(base_tail) else new
             # Tables are cached per length; prompts grow turn by turn, so round up.
             length = 1 << (end - 1).bit_length()
             # uint64 arithmetic wraps modulo 2^64 (arrays never warn on overflow).
@@ -300,9 +305,10 @@ class KeyChain:
             scaled += base_scaled
             out[:] = _mix(scaled * _powers(_R, length)[done:end])
             last = scaled[-1]
+            self._tail = seq[blocks * size :]
         buf.used = own + blocks
         self._prefix, self._buf, self._own = prefix, buf, own + blocks
-        self._scaled, self._tail = last, seq[blocks * size :]
+        self._scaled = last
 
 
 class ChunkKeys:
