@@ -19,20 +19,14 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
-from sessiongen.errors import MissingDependencyError, UserError
-from sessiongen.infra.extensions import load_fresh
+from sessiongen.infra.extensions import ENGINES, ENV, Engine, choose, load_fresh
 
-Engine = Literal["auto", "python", "compiled"]
-
-#: The environment variable that forces an engine.
-ENV = "SESSIONGEN_ENGINE"
-
-ENGINES: tuple[Engine, ...] = ("auto", "python", "compiled")
+# the engine choice's names, where the simulator and its callers have always read them
+__all__ = ["ENGINES", "ENV", "Engine", "core", "hash_kernel", "kernel", "resolve"]
 
 
 @functools.cache
@@ -51,27 +45,8 @@ def resolve(engine: Engine = "auto") -> Literal["python", "compiled"]:
 
     Raises MissingDependencyError when the compiled engine is asked for and not usable.
     """
-    chosen = engine
-    if chosen == "auto":
-        forced = os.environ.get(ENV) or "auto"
-        if forced not in ENGINES:
-            raise UserError(f"{ENV}={forced}: expected one of {', '.join(ENGINES)}")
-        chosen = forced
-    module, why = _load()
-    if chosen == "python":
-        return "python"
-    if module is None:
-        if chosen == "compiled":
-            raise MissingDependencyError(f"the compiled engine is {why}")
-        _warn_once(why)
-        return "python"
-    return "compiled"
-
-
-@functools.cache
-def _warn_once(why: str) -> None:
-    if "older than" in why:
-        warnings.warn(f"running the Python engine: the compiled one {why}", stacklevel=3)
+    module = choose(engine, _load(), "the compiled engine")
+    return "python" if module is None else "compiled"
 
 
 def hash_kernel() -> Callable[..., Any] | None:

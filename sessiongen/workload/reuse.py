@@ -36,22 +36,15 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from sessiongen.errors import MissingDependencyError
-from sessiongen.infra.extensions import load_fresh
+from sessiongen.infra.extensions import Engine, choose, load_fresh
 from sessiongen.workload.trace import TraceRequest
-
-#: The variable whose value ``python`` forces the pure-Python path (it chooses the
-#: simulator's engine too: :mod:`sessiongen.sim.compiled`, which workload does not import).
-ENGINE_ENV = "SESSIONGEN_ENGINE"
 
 #: Ids below this many times the reference count need no densifying (the walk's table
 #: of last uses then has at most that many slots a reference).
@@ -113,33 +106,22 @@ def _load() -> tuple[ModuleType | None, str]:
     return load_fresh("sessiongen.workload._reuse")
 
 
-def kernel(engine: Literal["auto", "python", "compiled"] = "auto") -> Callable[..., Any] | None:
-    """The compiled walk, or None for the Python loop: ``engine``, or the environment's
-    choice when ``auto`` (a stale build says why once). Raises MissingDependencyError
-    when ``compiled`` is asked for and not usable."""
-    module, why = _load()
-    if engine == "python" or (engine == "auto" and os.environ.get(ENGINE_ENV) == "python"):
-        return None
+def kernel(engine: Engine = "auto") -> Callable[..., Any] | None:
+    """The compiled walk, or None for the Python loop, chosen as every compiled module is
+    (:func:`sessiongen.infra.extensions.choose`: ``engine``, or ``SESSIONGEN_ENGINE`` when
+    ``auto``)."""
+    module = choose(engine, _load(), "the compiled reuse kernel")
     if module is None:
-        if engine == "compiled":
-            raise MissingDependencyError(f"the compiled reuse kernel is {why}")
-        _warn_once(why)
         return None
     walk: Callable[..., Any] = module.prefix_columns
     return walk
-
-
-@functools.cache
-def _warn_once(why: str) -> None:
-    if "older than" in why:
-        warnings.warn(f"prefix facts in Python: the compiled kernel {why}", stacklevel=4)
 
 
 def prefix_facts(
     requests: Iterable[TraceRequest],
     block_tokens: int,
     *,
-    engine: Literal["auto", "python", "compiled"] = "auto",
+    engine: Engine = "auto",
 ) -> Iterator[tuple[TraceRequest, PrefixFacts]]:
     """Each request with its :class:`PrefixFacts`, in order (see the module docstring)."""
     walk = kernel(engine)

@@ -3,6 +3,7 @@ from the Python loop and the compiled walk alike; and the two against each other
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessiongen.errors import MissingDependencyError, UserError
+from sessiongen.infra.extensions import ENV
 from sessiongen.workload import reuse
 from sessiongen.workload.reuse import PrefixFacts, prefix_facts
 from sessiongen.workload.trace import TraceRequest
@@ -19,11 +22,13 @@ ENGINES: tuple[Engine, ...] = ("python", "compiled")
 
 
 def need(engine: Engine) -> None:
-    """Skip a compiled case where the kernel was not built; fail where it is stale."""
+    """A compiled case fails where the kernel is not built or stale (as the engine's tests
+    do: a broken build must not pass unnoticed), unless ``SESSIONGEN_ENGINE=python`` says
+    the Python path is the one meant."""
     module, why = reuse._load()
     if engine == "compiled" and module is None:
-        if why.startswith("not built"):
-            pytest.skip(f"the compiled reuse kernel is {why}")
+        if os.environ.get(ENV) == "python":
+            pytest.skip(f"{ENV}=python: the compiled reuse kernel was not chosen")
         pytest.fail(f"the compiled reuse kernel is {why}")
 
 
@@ -116,6 +121,8 @@ def random_trace(seed: int, n: int, *, scale: int, block: int) -> list[TraceRequ
     [
         1,  # small ids: the walk indexes them as they are
         10**12,  # spread ids: densified first
+        2**63 + 1,  # past int64, within 64 bits: the Python loop, whichever is asked
+        -(10**9),  # negative ids (the file reader refuses them; the walk densifies them)
         2**70,  # past 64 bits: the Python loop, whichever is asked
     ],
 )
@@ -135,8 +142,24 @@ def test_the_compiled_walk_gives_the_python_facts(scale: int) -> None:
 
 def test_the_environment_forces_python(monkeypatch: pytest.MonkeyPatch) -> None:
     need("compiled")
-    monkeypatch.delenv(reuse.ENGINE_ENV, raising=False)
+    monkeypatch.delenv(ENV, raising=False)
     assert reuse.kernel() is not None
-    monkeypatch.setenv(reuse.ENGINE_ENV, "python")
+    monkeypatch.setenv(ENV, "python")
     assert reuse.kernel() is None
     assert reuse.kernel("compiled") is not None
+    monkeypatch.setenv(ENV, "fast")  # one rule for every compiled module: a typo is an error
+    with pytest.raises(UserError, match="SESSIONGEN_ENGINE=fast"):
+        reuse.kernel()
+
+
+def test_a_kernel_asked_for_and_not_built_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reuse, "_load", lambda: (None, "not built (no module)"))
+    with pytest.raises(MissingDependencyError, match="reuse kernel is not built"):
+        reuse.kernel("compiled")
+    monkeypatch.setenv(ENV, "compiled")
+    with pytest.raises(MissingDependencyError):
+        reuse.kernel()
+    monkeypatch.setenv(ENV, "auto")
+    assert reuse.kernel() is None
