@@ -267,7 +267,8 @@ class KeyChain:
         if blocks == 0:
             self._prefix, self._buf, self._own = prefix, buf, own
             self._scaled = base_scaled
-            self._tail = np.concatenate((base_tail, new)) if len(base_tail) else new
+            # copies, as below: a view would keep the array it was cut from alive
+            self._tail = np.concatenate((base_tail, new)) if len(base_tail) else new.copy()
             return
         if buf.used != own:  # another extension appended here first
             if len(prefix):  # keep the shared prefix, copy the own keys
@@ -291,7 +292,7 @@ class KeyChain:
             base_tail = np.ascontiguousarray(base_tail)
             w = _weights(size)
             last = _U64(kernel(base_tail, new, w, int(base_scaled), done, _R_INV, out))
-            self._tail = new[blocks * size - len(base_tail) :].copy()  # not the prompt
+            self._tail = new[blocks * size - len(base_tail) :].copy()
         else:
             seq = np.concatenate((base_tail, new)) if len(base_tail) else new
             # Tables are cached per length; prompts grow turn by turn, so round up.
@@ -305,7 +306,7 @@ class KeyChain:
             scaled += base_scaled
             out[:] = _mix(scaled * _powers(_R, length)[done:end])
             last = scaled[-1]
-            self._tail = seq[blocks * size :]
+            self._tail = seq[blocks * size :].copy()
         buf.used = own + blocks
         self._prefix, self._buf, self._own = prefix, buf, own + blocks
         self._scaled = last
