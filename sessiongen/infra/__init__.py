@@ -10,7 +10,10 @@
 - :mod:`.net`: free ports below the ephemeral range, health checks and waiting on them;
 - :mod:`.progress`: a block's console progress: a bar on a terminal, bounded plain lines
   elsewhere (replay's and the planner's);
-- :mod:`.stages`: wall and CPU time per named stage of a command (``plan --verbose``).
+- :mod:`.stages`: wall and CPU time per named stage of a command (``plan --verbose``);
+- :mod:`.lazy`: third-party modules imported on their first use (scipy's statistics);
+- :mod:`.extensions`: the optional compiled modules, used only when as new as their
+  source, and the one ``SESSIONGEN_ENGINE`` rule that chooses them or their Python twins.
 
 Nothing here imports any other part of sessiongen but :mod:`sessiongen.errors`.
 """

@@ -24,7 +24,8 @@ operands it sees (``cdivision``: no sign fix-ups), ceilings as ``(a + b - 1) // 
 
 Sections, in the order the data flows: the profile's numbers and the timing model;
 key storage; one replica's KV cache; the heap; the shared pool; requests, steps and
-the scheduler; the cluster and its event queue (the one public class); the chain hash.
+the scheduler; the cluster and its event queue (the one public class); the chain hash;
+a trace prompt's token ids from its hash ids.
 """
 
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject

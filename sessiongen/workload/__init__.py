@@ -12,7 +12,8 @@ with too.
 - :mod:`.generate`: every request as JSON lines (``sessiongen generate``);
 - :mod:`.trace`: Mooncake-style JSONL traces streamed and validated line by line;
 - :mod:`.tracestats`: what a trace implies: size, span, infinite-cache reuse (``trace-info``);
-- :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance);
+- :mod:`.reuse`: each trace request's shared blocks and reuse distance (LRU stack distance),
+  its walk compiled in :mod:`._reuse` (``_reuse.pyx``) where built, the same facts;
 - :mod:`.traceprompts`: token-exact prompts whose shared blocks are the trace's hash ids;
 - :mod:`.tracesessions`: a trace as the replay's sessions (turns, start times, delays, facts);
 - :mod:`.sharegpt`: ShareGPT-shaped conversation datasets (JSON or JSONL) read and checked;
