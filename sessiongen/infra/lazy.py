@@ -13,7 +13,8 @@ writes::
 so type checking sees the real module and the import happens on the first attribute
 read. This is the standard library's own recipe (:class:`importlib.util.LazyLoader`);
 the module is registered in ``sys.modules`` at once, so a later plain ``import`` of it
-gets the same object.
+gets the same object. Python 3.11's lazy loading is not safe when two threads make the
+first read at once; the analysis that reads these modules runs on one thread.
 """
 
 from __future__ import annotations

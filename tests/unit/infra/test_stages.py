@@ -68,8 +68,34 @@ def test_plan_verbose_prints_its_stages(tmp_path: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     stages = [line.split(":")[0] for line in err.splitlines() if line.startswith("stage ")]
     assert stages[0] == "stage start-up (interpreter, imports, options)"
-    for name in ("block [1]", "decision", "report and figures", "configurations planned"):
+    for name in (
+        "block [1]",
+        "decision",
+        "report and figures",
+        "configurations planned",
+        "simulated pair set up",
+        "sessions and prompts set up",
+        "records framed",
+    ):
         assert any(s.startswith(f"stage {name}") for s in stages), (name, stages)
+
+
+def test_a_plan_with_its_decision_never_imports_scipy_stats(tmp_path: Path) -> None:
+    """The plan's quantiles come from scipy.special (analysis/stats.py, hypotheses.py,
+    tails.py): scipy.stats, three times its import time, is never loaded."""
+    code = (
+        "import sys; from sessiongen.cli import main\n"
+        "try:\n"
+        f"    main(['plan', {str(ROOT / 'scenarios' / 'smoke.toml')!r}, '--no-progress',"
+        f" '--seeds', '1', '--no-sensitivity', '--runs-dir', {str(tmp_path)!r},"
+        " '--set', 'design.blocks=[\"off\", \"on\"]'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('LOADED', 'scipy.stats._stats_py' in sys.modules,"
+        " 'scipy.special._ufuncs' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # the decision ran (scipy.special read) and scipy.stats did not load
+    assert out.stdout.splitlines()[-1] == "LOADED False True", out.stdout[-2000:] + out.stderr
 
 
 def test_the_planner_imports_no_figures_nor_client() -> None:
