@@ -18,12 +18,11 @@ says why once, rather than silently running an older engine).
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
-from sessiongen.infra.extensions import ENGINES, ENV, Engine, choose, load_fresh
+from sessiongen.infra.extensions import ENGINES, ENV, Engine, choose, load_fresh, requested
 
 # the engine choice's names, where the simulator and its callers have always read them
 __all__ = ["ENGINES", "ENV", "Engine", "core", "hash_kernel", "kernel", "resolve"]
@@ -58,12 +57,13 @@ def hash_kernel() -> Callable[..., Any] | None:
 def kernel(name: str) -> Callable[..., Any] | None:
     """The compiled module's function ``name`` when the compiled engine is the one chosen,
     else None (its caller then runs its numpy twin). The environment is read at every
-    call; the choice it makes is cached."""
-    return _kernel_for(os.environ.get(ENV) or "auto", name)
+    call, by the rule every compiled module follows (:func:`requested`); the choice it
+    makes is cached."""
+    return _kernel_for(requested(), name)
 
 
 @functools.cache
-def _kernel_for(setting: str, name: str) -> Callable[..., Any] | None:
+def _kernel_for(setting: Engine, name: str) -> Callable[..., Any] | None:
     module = core()
     if module is None or setting == "python":
         return None
