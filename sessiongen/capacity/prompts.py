@@ -90,6 +90,9 @@ class Prompts:
         self._shapes: dict[int, Shape] = {}
         self._exact: dict[int, list[Turn]] = {}
         self._template: tuple[PromptKeys, NDArray[np.uint32]] | None = None
+        # The compiled memo of a trace's prompts (PromptKeys.trace_memo): False until
+        # looked up, None where there is none.
+        self._trace_memo: Any = False
         # Synthetic token ids (shaped prompts, answers of trace prompts): one seeded
         # stream handed out in the order sessions begin, which is the same in every run
         # of the scenario. A generator per session cost 80 us to seed, more than the
@@ -219,17 +222,27 @@ class Prompts:
         head, tail = self._chat_template()
         spec = self.scenario.sessions.trace
         ids = self._ids
+        if self._trace_memo is False:  # looked up once: compiled, or None (ids and extend)
+            self._trace_memo = head.trace_memo(spec.block_tokens)
+        memo = self._trace_memo
+        after = tail.astype(np.uint64)
         out: list[Turn] = []
         for k, t in enumerate(session.trace.turns, start=1):
             req = t.request
-            tokens = trace_prompt(req.hash_ids, req.input_length, spec.block_tokens, tail)
+            if memo is not None:  # the same keys as extend(trace_prompt(...)), no ids made
+                hash_ids = np.asarray(req.hash_ids, dtype=np.uint64)
+                prompt = head.extend_trace(memo, hash_ids, req.input_length, after)
+            else:
+                prompt = head.extend(
+                    trace_prompt(req.hash_ids, req.input_length, spec.block_tokens, tail)
+                )
             out.append(
                 Turn(
                     session_id=session.session_id,
                     session_index=session.index,
                     context_tokens=session.context_tokens,
                     turn=k,
-                    prompt=head.extend(tokens),
+                    prompt=prompt,
                     output_tokens=req.output_length,
                     output_ids=ids.take(req.output_length),
                     content_tokens=req.input_length,

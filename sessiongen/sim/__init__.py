@@ -13,8 +13,9 @@ virtual time.
 - :mod:`.cluster`: all replicas and the pool in modeled time, one event queue;
 - :mod:`.virtual`: the engine on a virtual clock: scripted arrivals in, results out;
 - :mod:`._core`: the same engine, compiled (Cython, built by
-  ``pip install``; ``_core.pyx``), the chain hash's kernel and a trace prompt's
-  token ids (``trace_tokens``, for the planner's shape mode);
+  ``pip install``; ``_core.pyx``), the chain hash's kernel, a trace prompt's
+  token ids (``trace_tokens``) and its keys with each distinct trace block hashed once
+  (``TraceKeys``), both for the planner's shape mode;
 - :mod:`.compiled`: which engine runs (compiled where built, else Python; the same
   results);
 - :mod:`.noise`: service-time noise, a lognormal factor on each request's prefill;

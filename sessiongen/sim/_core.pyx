@@ -1538,3 +1538,194 @@ def trace_tokens(const uint64_t[::1] hash_ids, Py_ssize_t length, uint64_t block
             b += 1
             if b < hash_ids.shape[0]:
                 base = hash_ids[b] * block_tokens
+
+
+# --- a trace prompt's keys, each distinct trace block hashed once (cache.py) -----------
+
+cdef struct _Memo:
+    uint64_t position  # the trace block's index in its prompt
+    uint64_t previous  # the hash id before it where its keys read it, else 0
+    uint64_t hash_id
+    Py_ssize_t terms  # where its blocks' terms start in TraceKeys.terms
+    Py_ssize_t next  # the next entry under the same map key, -1 for none
+
+
+cdef inline uint64_t _memo_key(uint64_t position, uint64_t previous, uint64_t hash_id) noexcept:
+    return _mix(_mix(hash_id + _POSITION) ^ _mix(previous * _R + position))
+
+
+cdef class TraceKeys:
+    """The keys of trace prompts that all extend one hashed chain (the chat template's
+    head, in the planner), as ``KeyChain.extend_trace`` asks for them: the same bits
+    :func:`chain_hash` gives for the chain's tail (``before``) followed by
+    :func:`trace_tokens`' ids and ``after``, without making the ids.
+
+    A block's term in the chain's running sum (its scrambled digest times ``R^-m``,
+    ``m`` its position in the chain) depends only on its tokens and ``m``. The trace
+    block size is a whole number of blocks, so the blocks that end inside trace block
+    ``i`` are always the same ``per`` blocks, at the same positions, and their tokens
+    are that trace block's ids (and, when ``before`` is not empty, the last few of the
+    trace block before it): their terms are computed the first time
+    ``(i, previous hash id, hash id)`` is seen and added up from then on. A trace's
+    later turns repeat their earlier turns' hash ids, and conversations share system
+    prompts: the Mooncake-shaped bench trace has 278k full trace blocks, 72k distinct.
+    Blocks past the last full trace block (its partial tail, ``after``) are hashed
+    token by token, as :func:`chain_hash` does. At most ``limit`` terms are kept;
+    past that, new trace blocks are hashed and not kept.
+    """
+
+    cdef vector[uint64_t] before
+    cdef vector[uint64_t] weights
+    cdef vector[uint64_t] terms
+    cdef vector[uint64_t] scratch
+    cdef vector[_Memo] entries
+    cdef unordered_map[uint64_t, Py_ssize_t] index
+    cdef uint64_t done, r_inv, trace_block
+    cdef Py_ssize_t size, per, limit
+
+    def __init__(
+        self,
+        const uint64_t[::1] before,
+        const uint64_t[::1] weights,
+        uint64_t done,
+        uint64_t r_inv,
+        uint64_t trace_block,
+        Py_ssize_t limit=1 << 23,
+    ):
+        cdef Py_ssize_t k
+        self.size = weights.shape[0]
+        if self.size == 0 or trace_block == 0 or trace_block % <uint64_t>self.size:
+            raise ValueError("trace_block: not a whole number of blocks")
+        if before.shape[0] >= self.size:
+            raise ValueError("before: a whole block or more")
+        for k in range(before.shape[0]):
+            self.before.push_back(before[k])
+        for k in range(self.size):
+            self.weights.push_back(weights[k])
+        self.done, self.r_inv, self.trace_block = done, r_inv, trace_block
+        self.per = <Py_ssize_t>(trace_block // <uint64_t>self.size)
+        self.limit = limit
+        self.scratch.resize(self.per)
+
+    @property
+    def stored(self):
+        """How many trace blocks' terms are kept."""
+        return self.entries.size()
+
+    cdef inline uint64_t _token(
+        self, const uint64_t* hash_ids, Py_ssize_t length, const uint64_t* after, Py_ssize_t q
+    ) noexcept:
+        """Token ``q`` of the whole sequence: ``before``, the trace ids, ``after``."""
+        cdef Py_ssize_t a = self.before.size()
+        cdef Py_ssize_t t = q - a
+        cdef uint64_t block = self.trace_block
+        if q < a:
+            return self.before[q]
+        if t < length:
+            return ((hash_ids[t // <Py_ssize_t>block] * block + <uint64_t>(t % <Py_ssize_t>block))
+                    * _SCRAMBLE) >> 40
+        return after[t - length]
+
+    cdef const uint64_t* _terms(self, const uint64_t* hash_ids, Py_ssize_t i) noexcept:
+        """The ``per`` terms of the blocks ending in full trace block ``i``."""
+        cdef Py_ssize_t a = self.before.size()
+        cdef uint64_t previous = hash_ids[i - 1] if (a and i) else 0
+        cdef uint64_t hid = hash_ids[i], key = _memo_key(<uint64_t>i, previous, hid)
+        cdef unordered_map[uint64_t, Py_ssize_t].iterator found = self.index.find(key)
+        cdef Py_ssize_t at = -1, k, x, start = 0, entry_at
+        cdef _Memo* entry
+        if found != self.index.end():
+            at = deref(found).second
+            while at >= 0:
+                entry = &self.entries[at]
+                if entry.position == <uint64_t>i and entry.previous == previous \
+                        and entry.hash_id == hid:
+                    return &self.terms[entry.terms]
+                at = entry.next
+        cdef uint64_t* out
+        cdef bint keep = <Py_ssize_t>self.terms.size() + self.per <= self.limit
+        if keep:
+            start = self.terms.size()
+            self.terms.resize(start + self.per)
+            out = &self.terms[start]
+        else:
+            out = &self.scratch[0]
+        cdef uint64_t block = self.trace_block, size = self.size
+        cdef uint64_t m = self.done + <uint64_t>(i * self.per)
+        cdef uint64_t inv = _power(self.r_inv, m), digest, base = hid * block
+        cdef uint64_t before_base = hash_ids[i - 1] * block + block - <uint64_t>a if i else 0
+        for k in range(self.per):
+            digest = 0
+            if k == 0 and a:  # the block starts in the trace block before, or in ``before``
+                for x in range(a):
+                    if i:
+                        digest += (((before_base + <uint64_t>x) * _SCRAMBLE) >> 40) \
+                            * self.weights[x]
+                    else:
+                        digest += self.before[x] * self.weights[x]
+                for x in range(a, self.size):
+                    digest += (((base + <uint64_t>(x - a)) * _SCRAMBLE) >> 40) * self.weights[x]
+            else:
+                for x in range(self.size):
+                    digest += (((base + <uint64_t>(k * self.size + x - a)) * _SCRAMBLE) >> 40) \
+                        * self.weights[x]
+            digest += (m + 1) * _POSITION
+            out[k] = _mix(digest) * inv
+            inv *= self.r_inv
+            m += 1
+        if keep:
+            entry_at = self.entries.size()
+            self.entries.push_back(_Memo(<uint64_t>i, previous, hid, start, -1))
+            if found != self.index.end():  # chain it in front of the others
+                self.entries[entry_at].next = deref(found).second
+            self.index[key] = entry_at
+        return out
+
+    def keys(
+        self,
+        const uint64_t[::1] hash_ids,
+        Py_ssize_t length,
+        const uint64_t[::1] after,
+        uint64_t scaled,
+        uint64_t[::1] out,
+        uint64_t[::1] tail,
+    ):
+        """Writes the keys of the whole blocks of ``before``, the trace prompt
+        ``(hash_ids, length)`` and ``after`` to ``out`` and the tokens past them to
+        ``tail``; returns ``(running sum, tail length)`` (``scaled``: the chain's sum)."""
+        cdef Py_ssize_t a = self.before.size(), size = self.size
+        cdef Py_ssize_t total = a + length + after.shape[0]
+        cdef Py_ssize_t blocks = total // size
+        cdef Py_ssize_t full = length // <Py_ssize_t>self.trace_block
+        cdef Py_ssize_t i, j = 0, k, x
+        cdef uint64_t fwd = _power(_R, self.done), inv, digest
+        cdef const uint64_t* terms
+        cdef const uint64_t* ids = &hash_ids[0] if hash_ids.shape[0] else NULL
+        cdef const uint64_t* rest = &after[0] if after.shape[0] else NULL
+        if length < 0 or length > hash_ids.shape[0] * <Py_ssize_t>self.trace_block:
+            raise ValueError("length: more tokens than the hash ids hold")
+        if out.shape[0] < blocks:
+            raise ValueError("out: fewer slots than blocks")
+        if tail.shape[0] < size:
+            raise ValueError("tail: shorter than a block")
+        for i in range(full):
+            terms = self._terms(ids, i)
+            for k in range(self.per):
+                scaled += terms[k]
+                out[j] = _mix(scaled * fwd)
+                fwd *= _R
+                j += 1
+        inv = _power(self.r_inv, self.done + <uint64_t>j)
+        while j < blocks:
+            digest = 0
+            for x in range(size):
+                digest += self._token(ids, length, rest, j * size + x) * self.weights[x]
+            digest += (self.done + <uint64_t>j + 1) * _POSITION
+            scaled += _mix(digest) * inv
+            out[j] = _mix(scaled * fwd)
+            inv *= self.r_inv
+            fwd *= _R
+            j += 1
+        for x in range(total - blocks * size):
+            tail[x] = self._token(ids, length, rest, blocks * size + x)
+        return scaled, total - blocks * size

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sessiongen.sim.compiled import hash_kernel
+from sessiongen.sim.compiled import hash_kernel, kernel
 
 # Odd multiplier of the chain (P_j = P_{j-1} * R + d_j mod 2^64) and its inverse.
 _R = 0x9E3779B97F4A7C15
@@ -257,6 +257,47 @@ class KeyChain:
         self._last = (new, out)
         return out
 
+    def trace_memo(self, trace_block: int) -> Any | None:
+        """The compiled :class:`~sessiongen.sim._core.TraceKeys` for trace prompts that
+        extend this chain (:meth:`extend_trace`), or None where the chain hashes with
+        numpy or ``trace_block`` is not a whole number of this chain's blocks (then
+        :meth:`extend` by ``capacity.prompts.trace_prompt``'s ids gives the same keys)."""
+        memo = kernel("TraceKeys")
+        if memo is None or self._kernel is None or trace_block % self.block_tokens:
+            return None
+        if self._pending is not None:
+            self._hash()
+        done = len(self._prefix) + self._own
+        return memo(np.ascontiguousarray(self._tail), _weights(self.block_tokens), done, _R_INV,
+                    trace_block)  # fmt: skip
+
+    def extend_trace(
+        self, memo: Any, hash_ids: NDArray[np.uint64], length: int, after: NDArray[np.uint64]
+    ) -> KeyChain:
+        """:meth:`extend` by a trace prompt's ids and ``after`` (``capacity.prompts.
+        trace_prompt(hash_ids, length, memo's trace block, after)``), hashed now without
+        making the ids: ``memo`` is :meth:`trace_memo` of this chain, which hashes each
+        distinct trace block once for every prompt that has it at the same place."""
+        added = length + len(after)
+        blocks = (len(self._tail) + added) // self.block_tokens
+        prefix, buf, own = self._prefix, self._buf, self._own
+        if len(prefix):  # keep the shared prefix, copy the own keys (as _hash does)
+            grown = _KeyBuffer(own + blocks)
+            grown.array[:own] = buf.array[:own]
+        else:  # everything so far becomes the prefix: nothing copied
+            prefix, grown, own = buf.array[:own], _KeyBuffer(blocks), 0
+        tail = np.empty(self.block_tokens, dtype=np.uint64)
+        scaled, kept = memo.keys(
+            hash_ids, length, after, int(self._scaled), grown.array[own : own + blocks], tail
+        )
+        grown.used = own + blocks
+        out = KeyChain.__new__(KeyChain)
+        out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + added, None
+        out._kernel, out._pending = self._kernel, None
+        out._prefix, out._buf, out._own = prefix, grown, own + blocks
+        out._scaled, out._tail = _U64(scaled), tail[:kept].copy()
+        return out
+
     def _hash(self) -> None:
         """Hash the pending tokens onto the hashed chain they follow."""
         assert self._pending is not None
@@ -378,6 +419,21 @@ class PromptKeys:
     @property
     def tokens(self) -> int:
         return self.local.tokens
+
+    def trace_memo(self, trace_block: int) -> Any | None:
+        """:meth:`KeyChain.trace_memo` of the block chain, where the chunk keys are read
+        off it (else None: a chunk chain of its own is extended by ids)."""
+        if not isinstance(self.pool, ChunkKeys):
+            return None
+        return self.local.trace_memo(trace_block)
+
+    def extend_trace(
+        self, memo: Any, hash_ids: NDArray[np.uint64], length: int, after: NDArray[np.uint64]
+    ) -> PromptKeys:
+        """:meth:`KeyChain.extend_trace` (``memo``: :meth:`trace_memo`)."""
+        assert isinstance(self.pool, ChunkKeys)
+        local = self.local.extend_trace(memo, hash_ids, length, after)
+        return PromptKeys(local, ChunkKeys(local, self.pool.per_chunk))
 
     def extend(self, ids: Any) -> PromptKeys:
         """The keys of this sequence followed by ``ids``."""

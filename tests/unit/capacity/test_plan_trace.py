@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -16,6 +17,7 @@ from sessiongen.capacity.prompts import trace_prompt
 from sessiongen.capacity.virtual import Tokens, block_ids, virtual_replay
 from sessiongen.records.run import load_run
 from sessiongen.sim import compiled
+from sessiongen.sim.cache import PromptKeys
 from sessiongen.workload.sessions import SessionBuilder
 from tests.support.paths import ROOT
 
@@ -140,3 +142,64 @@ def test_trace_prompt_compiled_equals_its_numpy_twin(monkeypatch: pytest.MonkeyP
         assert np.array_equal(fast, slow), (ids, length)
         assert np.array_equal(slow[:length], block_ids(ids, length, 512))
         assert np.array_equal(slow[length:], after)
+
+
+def test_trace_keys_from_the_memo_equal_the_keys_of_the_ids() -> None:
+    """Shape mode hashes each distinct trace block once (``PromptKeys.extend_trace``); the
+    keys, running sum and tail must be those of extending by ``trace_prompt``'s ids, for
+    every head tail length, block and chunk size, partial last block and text after it,
+    and ids that recur at other positions or after other ids (the memo's key)."""
+    if os.environ.get(compiled.ENV) == "python":
+        pytest.skip("SESSIONGEN_ENGINE=python: the compiled engine was not chosen")
+    if compiled.core() is None:
+        pytest.fail(f"the compiled engine is {compiled._load()[1]}")
+    rng = np.random.default_rng(11)
+    compared = hits = 0
+    for _ in range(120):
+        size = int(rng.choice([4, 16, 32]))
+        trace_block = size * int(rng.integers(1, 5))
+        ahead = int(rng.integers(0, size))  # the head's tokens past its last whole block
+        head_ids = rng.integers(0, 1000, int(rng.integers(0, 3)) * size + ahead, dtype=np.uint64)
+        head = PromptKeys.of(head_ids, size, size * int(rng.integers(1, 4)))
+        memo = head.trace_memo(trace_block)
+        assert memo is not None
+        after = rng.integers(0, 1000, int(rng.integers(0, 2 * size)), dtype=np.uint64)
+        pool = [int(x) for x in rng.integers(0, 2**64 - 1, 5, dtype=np.uint64)] + [0, 1]
+        for _ in range(8):
+            n = int(rng.integers(0, 6))
+            ids = np.array([pool[int(rng.integers(0, len(pool)))] for _ in range(n)], np.uint64)
+            length = int(rng.integers((n - 1) * trace_block + 1, n * trace_block + 1)) if n else 0
+            want = head.extend(trace_prompt(ids, length, trace_block, after))
+            before = memo.stored
+            got = head.extend_trace(memo, ids, length, after)
+            hits += memo.stored == before and length >= trace_block
+            assert got.tokens == want.tokens
+            assert np.array_equal(got.local.keys, want.local.keys)
+            assert np.array_equal(got.pool.keys, want.pool.keys)
+            answer = rng.integers(0, 1000, int(rng.integers(0, 3 * size)), dtype=np.uint64)
+            assert np.array_equal(got.extend(answer).local.keys, want.extend(answer).local.keys)
+            compared += 1
+    assert compared == 960 and hits > 40  # prompts wholly read from the memo
+
+
+def test_shape_mode_uses_the_memo_and_plans_as_the_ids_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same trace planned in shape mode with the memo and without it (its prompts
+    extended by ids): the same records."""
+    if compiled.core() is None or os.environ.get(compiled.ENV) == "python":
+        pytest.skip("the memo needs the compiled engine")
+    sc = scenario.load(CHAT, ['design.blocks=["on"]'])
+    calls = []
+    extend_trace = PromptKeys.extend_trace
+
+    def counted(self: PromptKeys, *args: Any) -> PromptKeys:
+        calls.append(args[2])
+        return extend_trace(self, *args)
+
+    monkeypatch.setattr(PromptKeys, "extend_trace", counted)
+    with_memo, _ = _planned(sc, tmp_path / "memo", "shape")
+    monkeypatch.setattr(PromptKeys, "trace_memo", lambda self, trace_block: None)
+    without, _ = _planned(sc, tmp_path / "ids", "shape")
+    assert with_memo.height > 12 and len(calls) >= with_memo.filter(~pl.col("warmup")).height
+    assert with_memo.equals(without)
