@@ -30,7 +30,6 @@ import importlib.util
 import sys
 from types import ModuleType
 
-
 #: numpy's submodules that scipy's import reads and the analysis never needs (module doc).
 NUMPY_EXTRAS = ("f2py", "testing")
 
