@@ -1221,6 +1221,7 @@ cdef class Cluster:
     cdef public double now
     cdef public int64_t events
     cdef public int64_t steps
+    cdef public int64_t finished
 
     def __init__(
         self,
@@ -1346,10 +1347,12 @@ cdef class Cluster:
             return top.key
         return None
 
-    def advance(self, double until):
-        """Process every event at or before ``until``, in time order."""
+    def advance(self, double until, bint settle=False):
+        """Process every event at or before ``until``, in time order; with ``settle``,
+        once a request has finished only the events at its time (Cluster.advance)."""
         cdef _Item ev
         cdef _Req req
+        cdef int64_t finished = self.finished
         while self._heap.size() and self._heap.items[0].key <= until:
             ev = self._heap.pop()
             if ev.kind == 1:
@@ -1363,6 +1366,8 @@ cdef class Cluster:
                     self.now = ev.key
                 self._arrive(ev.replica, req, ev.key)
             self.events += 1
+            if settle and self.finished != finished and ev.key < until:
+                until = ev.key
 
     cdef void _arrive(self, int r, _Req req, double t) except *:
         cdef _Sched sched = <_Sched>self.replicas[r]
@@ -1418,6 +1423,7 @@ cdef class Cluster:
     cdef void _ended(self, int r, _Step step) except *:
         cdef _Req req
         self.steps += step.count
+        self.finished += len(step.finished)
         if self.listener is not None:
             self.listener.step_ended(r, step)
         if self.on_finish is None:

@@ -228,9 +228,11 @@ class VirtualDriver:
                 self.noise.factor(arrival.noise_key),
             )
 
-    def run(self, until: float = math.inf) -> list[RequestResult]:
-        """Process every event up to ``until``; returns all results so far (end order)."""
-        self.cluster.advance(until)
+    def run(self, until: float = math.inf, *, settle: bool = False) -> list[RequestResult]:
+        """Process every event up to ``until`` (``settle``: only up to the time of the
+        first request that finishes; :meth:`sessiongen.sim.cluster.Cluster.advance`);
+        returns all results so far (end order)."""
+        self.cluster.advance(until, settle)
         return self.results
 
     # Listener
