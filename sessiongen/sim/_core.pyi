@@ -82,6 +82,7 @@ class Cluster:
     now: float
     events: int
     steps: int
+    finished: int
     @property
     def pool(self) -> _Pool: ...
     @property
@@ -110,7 +111,7 @@ class Cluster:
     ) -> _Req: ...
     def abort(self, req: _Req, replica: int) -> None: ...
     def next_time(self) -> float | None: ...
-    def advance(self, until: float) -> None: ...
+    def advance(self, until: float, settle: bool = False) -> None: ...
 
 def chain_hash(
     before: NDArray[np.uint64],
@@ -124,3 +125,25 @@ def chain_hash(
 def trace_tokens(
     hash_ids: NDArray[np.uint64], length: int, block_tokens: int, out: NDArray[np.uint64]
 ) -> None: ...
+
+class TraceKeys:
+    def __init__(
+        self,
+        before: NDArray[np.uint64],
+        weights: NDArray[np.uint64],
+        done: int,
+        r_inv: int,
+        trace_block: int,
+        limit: int = ...,
+    ) -> None: ...
+    @property
+    def stored(self) -> int: ...
+    def keys(
+        self,
+        hash_ids: NDArray[np.uint64],
+        length: int,
+        after: NDArray[np.uint64],
+        scaled: int,
+        out: NDArray[np.uint64],
+        tail: NDArray[np.uint64],
+    ) -> tuple[int, int]: ...
