@@ -223,15 +223,13 @@ class Prompts:
         spec = self.scenario.sessions.trace
         ids = self._ids
         if self._trace_memo is False:  # looked up once: compiled, or None (ids and extend)
-            self._trace_memo = head.trace_memo(spec.block_tokens)
+            self._trace_memo = head.trace_memo(spec.block_tokens, tail)
         memo = self._trace_memo
-        after = tail.astype(np.uint64)
         out: list[Turn] = []
         for k, t in enumerate(session.trace.turns, start=1):
             req = t.request
             if memo is not None:  # the same keys as extend(trace_prompt(...)), no ids made
-                hash_ids = np.asarray(req.hash_ids, dtype=np.uint64)
-                prompt = head.extend_trace(memo, hash_ids, req.input_length, after)
+                prompt = head.extend_trace(memo, req.hash_ids, req.input_length)
             else:
                 prompt = head.extend(
                     trace_prompt(req.hash_ids, req.input_length, spec.block_tokens, tail)

@@ -1,7 +1,7 @@
 """Types of the compiled engine (``_core.pyx``), for mypy."""
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,6 +130,7 @@ class TraceKeys:
     def __init__(
         self,
         before: NDArray[np.uint64],
+        after: NDArray[np.uint64],
         weights: NDArray[np.uint64],
         done: int,
         r_inv: int,
@@ -138,12 +139,14 @@ class TraceKeys:
     ) -> None: ...
     @property
     def stored(self) -> int: ...
+    @property
+    def after_tokens(self) -> int: ...
     def keys(
         self,
-        hash_ids: NDArray[np.uint64],
+        hash_ids: Sequence[int],
         length: int,
-        after: NDArray[np.uint64],
         scaled: int,
         out: NDArray[np.uint64],
+        at: int,
         tail: NDArray[np.uint64],
-    ) -> tuple[int, int]: ...
+    ) -> int: ...

@@ -1581,9 +1581,12 @@ cdef class TraceKeys:
     """
 
     cdef vector[uint64_t] before
+    cdef vector[uint64_t] after
+    cdef vector[uint64_t] ids
     cdef vector[uint64_t] weights
     cdef vector[uint64_t] terms
     cdef vector[uint64_t] scratch
+    cdef vector[uint64_t] rest
     cdef vector[_Memo] entries
     cdef unordered_map[uint64_t, Py_ssize_t] index
     cdef uint64_t done, r_inv, trace_block
@@ -1592,6 +1595,7 @@ cdef class TraceKeys:
     def __init__(
         self,
         const uint64_t[::1] before,
+        const uint64_t[::1] after,
         const uint64_t[::1] weights,
         uint64_t done,
         uint64_t r_inv,
@@ -1608,6 +1612,8 @@ cdef class TraceKeys:
             self.before.push_back(before[k])
         for k in range(self.size):
             self.weights.push_back(weights[k])
+        for k in range(after.shape[0]):
+            self.after.push_back(after[k])
         self.done, self.r_inv, self.trace_block = done, r_inv, trace_block
         self.per = <Py_ssize_t>(trace_block // <uint64_t>self.size)
         self.limit = limit
@@ -1618,19 +1624,10 @@ cdef class TraceKeys:
         """How many trace blocks' terms are kept."""
         return self.entries.size()
 
-    cdef inline uint64_t _token(
-        self, const uint64_t* hash_ids, Py_ssize_t length, const uint64_t* after, Py_ssize_t q
-    ) noexcept:
-        """Token ``q`` of the whole sequence: ``before``, the trace ids, ``after``."""
-        cdef Py_ssize_t a = self.before.size()
-        cdef Py_ssize_t t = q - a
-        cdef uint64_t block = self.trace_block
-        if q < a:
-            return self.before[q]
-        if t < length:
-            return ((hash_ids[t // <Py_ssize_t>block] * block + <uint64_t>(t % <Py_ssize_t>block))
-                    * _SCRAMBLE) >> 40
-        return after[t - length]
+    @property
+    def after_tokens(self):
+        """How many tokens ``after`` is (every prompt ends with them)."""
+        return self.after.size()
 
     cdef const uint64_t* _terms(self, const uint64_t* hash_ids, Py_ssize_t i) noexcept:
         """The ``per`` terms of the blocks ending in full trace block ``i``."""
@@ -1639,6 +1636,7 @@ cdef class TraceKeys:
         cdef uint64_t hid = hash_ids[i], key = _memo_key(<uint64_t>i, previous, hid)
         cdef unordered_map[uint64_t, Py_ssize_t].iterator found = self.index.find(key)
         cdef Py_ssize_t at = -1, k, x, start = 0, entry_at
+        cdef uint64_t start_at
         cdef _Memo* entry
         if found != self.index.end():
             at = deref(found).second
@@ -1660,21 +1658,21 @@ cdef class TraceKeys:
         cdef uint64_t m = self.done + <uint64_t>(i * self.per)
         cdef uint64_t inv = _power(self.r_inv, m), digest, base = hid * block
         cdef uint64_t before_base = hash_ids[i - 1] * block + block - <uint64_t>a if i else 0
+        cdef const uint64_t* w = &self.weights[0]
         for k in range(self.per):
             digest = 0
             if k == 0 and a:  # the block starts in the trace block before, or in ``before``
                 for x in range(a):
                     if i:
-                        digest += (((before_base + <uint64_t>x) * _SCRAMBLE) >> 40) \
-                            * self.weights[x]
+                        digest += (((before_base + <uint64_t>x) * _SCRAMBLE) >> 40) * w[x]
                     else:
-                        digest += self.before[x] * self.weights[x]
+                        digest += self.before[x] * w[x]
                 for x in range(a, self.size):
-                    digest += (((base + <uint64_t>(x - a)) * _SCRAMBLE) >> 40) * self.weights[x]
+                    digest += (((base + <uint64_t>(x - a)) * _SCRAMBLE) >> 40) * w[x]
             else:
+                start_at = base + <uint64_t>(k * self.size - a)
                 for x in range(self.size):
-                    digest += (((base + <uint64_t>(k * self.size + x - a)) * _SCRAMBLE) >> 40) \
-                        * self.weights[x]
+                    digest += (((start_at + <uint64_t>x) * _SCRAMBLE) >> 40) * w[x]
             digest += (m + 1) * _POSITION
             out[k] = _mix(digest) * inv
             inv *= self.r_inv
@@ -1689,49 +1687,87 @@ cdef class TraceKeys:
 
     def keys(
         self,
-        const uint64_t[::1] hash_ids,
+        object hash_ids,
         Py_ssize_t length,
-        const uint64_t[::1] after,
         uint64_t scaled,
         uint64_t[::1] out,
+        Py_ssize_t at,
         uint64_t[::1] tail,
     ):
         """Writes the keys of the whole blocks of ``before``, the trace prompt
-        ``(hash_ids, length)`` and ``after`` to ``out`` and the tokens past them to
-        ``tail``; returns ``(running sum, tail length)`` (``scaled``: the chain's sum)."""
+        ``(hash_ids, length)`` (the ids a sequence of ints, each below 2^64) and
+        ``after`` to ``out[at:]`` and the tokens past them to ``tail`` (exactly as
+        long); returns the running sum (``scaled``: the chain's)."""
         cdef Py_ssize_t a = self.before.size(), size = self.size
-        cdef Py_ssize_t total = a + length + after.shape[0]
+        cdef Py_ssize_t block = <Py_ssize_t>self.trace_block
+        cdef Py_ssize_t total = a + length + <Py_ssize_t>self.after.size()
+        cdef object hid
+        self.ids.clear()
+        for hid in hash_ids:  # as numpy's uint64 conversion: OverflowError outside it
+            self.ids.push_back(<uint64_t>hid)
         cdef Py_ssize_t blocks = total // size
-        cdef Py_ssize_t full = length // <Py_ssize_t>self.trace_block
-        cdef Py_ssize_t i, j = 0, k, x
-        cdef uint64_t fwd = _power(_R, self.done), inv, digest
+        cdef Py_ssize_t full = length // block
+        cdef Py_ssize_t i, j = 0, k, x, q, t, b, p, n
+        cdef uint64_t fwd = _power(_R, self.done), inv, digest, base
         cdef const uint64_t* terms
-        cdef const uint64_t* ids = &hash_ids[0] if hash_ids.shape[0] else NULL
-        cdef const uint64_t* rest = &after[0] if after.shape[0] else NULL
-        if length < 0 or length > hash_ids.shape[0] * <Py_ssize_t>self.trace_block:
+        cdef const uint64_t* ids = self.ids.data()
+        cdef const uint64_t* w = &self.weights[0]
+        cdef uint64_t* keys
+        cdef uint64_t* rest
+        if length < 0 or length > <Py_ssize_t>self.ids.size() * block:
             raise ValueError("length: more tokens than the hash ids hold")
-        if out.shape[0] < blocks:
+        if at < 0 or out.shape[0] < at + blocks:
             raise ValueError("out: fewer slots than blocks")
-        if tail.shape[0] < size:
-            raise ValueError("tail: shorter than a block")
+        if tail.shape[0] != total - blocks * size:
+            raise ValueError("tail: not as long as the tokens past the last whole block")
+        keys = &out[at] if blocks else NULL
         for i in range(full):
             terms = self._terms(ids, i)
             for k in range(self.per):
                 scaled += terms[k]
-                out[j] = _mix(scaled * fwd)
+                keys[j] = _mix(scaled * fwd)
                 fwd *= _R
                 j += 1
+        # The rest (the partial trace block, ``after``), from the first block not
+        # summed: its ids made in order into the scratch buffer, then hashed.
+        q = j * size
+        n = total - q
+        if <Py_ssize_t>self.rest.size() < n:
+            self.rest.resize(n)
+        rest = self.rest.data() if n else NULL
+        x = 0
+        while q + x < a:  # only before the first trace block: ``before`` itself
+            rest[x] = self.before[q + x]
+            x += 1
+        t = q + x - a  # the first trace position, if any
+        if t < length:
+            b, p = t // block, t % block
+            base = ids[b] * <uint64_t>block
+            while t < length:
+                rest[x] = ((base + <uint64_t>p) * _SCRAMBLE) >> 40
+                x += 1
+                t += 1
+                p += 1
+                if p == block and t < length:
+                    p = 0
+                    b += 1
+                    base = ids[b] * <uint64_t>block
+        for k in range(<Py_ssize_t>self.after.size()):  # the rest starts before a + length
+            rest[x] = self.after[k]
+            x += 1
         inv = _power(self.r_inv, self.done + <uint64_t>j)
+        x = 0
         while j < blocks:
             digest = 0
-            for x in range(size):
-                digest += self._token(ids, length, rest, j * size + x) * self.weights[x]
+            for k in range(size):
+                digest += rest[x + k] * w[k]
             digest += (self.done + <uint64_t>j + 1) * _POSITION
             scaled += _mix(digest) * inv
-            out[j] = _mix(scaled * fwd)
+            keys[j] = _mix(scaled * fwd)
             inv *= self.r_inv
             fwd *= _R
             j += 1
-        for x in range(total - blocks * size):
-            tail[x] = self._token(ids, length, rest, blocks * size + x)
-        return scaled, total - blocks * size
+            x += size
+        for k in range(total - blocks * size):
+            tail[k] = rest[x + k]
+        return scaled

@@ -257,45 +257,43 @@ class KeyChain:
         self._last = (new, out)
         return out
 
-    def trace_memo(self, trace_block: int) -> Any | None:
+    def trace_memo(self, trace_block: int, after: NDArray[Any]) -> Any | None:
         """The compiled :class:`~sessiongen.sim._core.TraceKeys` for trace prompts that
-        extend this chain (:meth:`extend_trace`), or None where the chain hashes with
-        numpy or ``trace_block`` is not a whole number of this chain's blocks (then
-        :meth:`extend` by ``capacity.prompts.trace_prompt``'s ids gives the same keys)."""
+        extend this chain and end with ``after`` (:meth:`extend_trace`), or None where
+        the chain hashes with numpy or ``trace_block`` is not a whole number of this
+        chain's blocks (then :meth:`extend` by ``capacity.prompts.trace_prompt``'s ids
+        gives the same keys)."""
         memo = kernel("TraceKeys")
         if memo is None or self._kernel is None or trace_block % self.block_tokens:
             return None
         if self._pending is not None:
             self._hash()
         done = len(self._prefix) + self._own
-        return memo(np.ascontiguousarray(self._tail), _weights(self.block_tokens), done, _R_INV,
-                    trace_block)  # fmt: skip
+        return memo(np.ascontiguousarray(self._tail), np.asarray(after, dtype=np.uint64),
+                    _weights(self.block_tokens), done, _R_INV, trace_block)  # fmt: skip
 
-    def extend_trace(
-        self, memo: Any, hash_ids: NDArray[np.uint64], length: int, after: NDArray[np.uint64]
-    ) -> KeyChain:
-        """:meth:`extend` by a trace prompt's ids and ``after`` (``capacity.prompts.
-        trace_prompt(hash_ids, length, memo's trace block, after)``), hashed now without
-        making the ids: ``memo`` is :meth:`trace_memo` of this chain, which hashes each
-        distinct trace block once for every prompt that has it at the same place."""
-        added = length + len(after)
-        blocks = (len(self._tail) + added) // self.block_tokens
+    def extend_trace(self, memo: Any, hash_ids: Sequence[int], length: int) -> KeyChain:
+        """:meth:`extend` by a trace prompt's ids and the memo's ``after``
+        (``capacity.prompts.trace_prompt(hash_ids, length, trace block, after)``), hashed
+        now without making the ids: ``memo`` is :meth:`trace_memo` of this chain, which
+        hashes each distinct trace block once for every prompt that has it at the same
+        place."""
+        added = length + memo.after_tokens
+        blocks, kept = divmod(len(self._tail) + added, self.block_tokens)
         prefix, buf, own = self._prefix, self._buf, self._own
         if len(prefix):  # keep the shared prefix, copy the own keys (as _hash does)
             grown = _KeyBuffer(own + blocks)
             grown.array[:own] = buf.array[:own]
         else:  # everything so far becomes the prefix: nothing copied
             prefix, grown, own = buf.array[:own], _KeyBuffer(blocks), 0
-        tail = np.empty(self.block_tokens, dtype=np.uint64)
-        scaled, kept = memo.keys(
-            hash_ids, length, after, int(self._scaled), grown.array[own : own + blocks], tail
-        )
+        tail = np.empty(kept, dtype=np.uint64)
+        scaled = memo.keys(hash_ids, length, int(self._scaled), grown.array, own, tail)
         grown.used = own + blocks
         out = KeyChain.__new__(KeyChain)
         out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + added, None
         out._kernel, out._pending = self._kernel, None
         out._prefix, out._buf, out._own = prefix, grown, own + blocks
-        out._scaled, out._tail = _U64(scaled), tail[:kept].copy()
+        out._scaled, out._tail = _U64(scaled), tail
         return out
 
     def _hash(self) -> None:
@@ -420,19 +418,17 @@ class PromptKeys:
     def tokens(self) -> int:
         return self.local.tokens
 
-    def trace_memo(self, trace_block: int) -> Any | None:
+    def trace_memo(self, trace_block: int, after: NDArray[Any]) -> Any | None:
         """:meth:`KeyChain.trace_memo` of the block chain, where the chunk keys are read
         off it (else None: a chunk chain of its own is extended by ids)."""
         if not isinstance(self.pool, ChunkKeys):
             return None
-        return self.local.trace_memo(trace_block)
+        return self.local.trace_memo(trace_block, after)
 
-    def extend_trace(
-        self, memo: Any, hash_ids: NDArray[np.uint64], length: int, after: NDArray[np.uint64]
-    ) -> PromptKeys:
+    def extend_trace(self, memo: Any, hash_ids: Sequence[int], length: int) -> PromptKeys:
         """:meth:`KeyChain.extend_trace` (``memo``: :meth:`trace_memo`)."""
         assert isinstance(self.pool, ChunkKeys)
-        local = self.local.extend_trace(memo, hash_ids, length, after)
+        local = self.local.extend_trace(memo, hash_ids, length)
         return PromptKeys(local, ChunkKeys(local, self.pool.per_chunk))
 
     def extend(self, ids: Any) -> PromptKeys:

@@ -161,9 +161,9 @@ def test_trace_keys_from_the_memo_equal_the_keys_of_the_ids() -> None:
         ahead = int(rng.integers(0, size))  # the head's tokens past its last whole block
         head_ids = rng.integers(0, 1000, int(rng.integers(0, 3)) * size + ahead, dtype=np.uint64)
         head = PromptKeys.of(head_ids, size, size * int(rng.integers(1, 4)))
-        memo = head.trace_memo(trace_block)
-        assert memo is not None
         after = rng.integers(0, 1000, int(rng.integers(0, 2 * size)), dtype=np.uint64)
+        memo = head.trace_memo(trace_block, after)
+        assert memo is not None
         pool = [int(x) for x in rng.integers(0, 2**64 - 1, 5, dtype=np.uint64)] + [0, 1]
         for _ in range(8):
             n = int(rng.integers(0, 6))
@@ -171,7 +171,7 @@ def test_trace_keys_from_the_memo_equal_the_keys_of_the_ids() -> None:
             length = int(rng.integers((n - 1) * trace_block + 1, n * trace_block + 1)) if n else 0
             want = head.extend(trace_prompt(ids, length, trace_block, after))
             before = memo.stored
-            got = head.extend_trace(memo, ids, length, after)
+            got = head.extend_trace(memo, ids.tolist(), length)
             hits += memo.stored == before and length >= trace_block
             assert got.tokens == want.tokens
             assert np.array_equal(got.local.keys, want.local.keys)
@@ -194,12 +194,12 @@ def test_shape_mode_uses_the_memo_and_plans_as_the_ids_do(
     extend_trace = PromptKeys.extend_trace
 
     def counted(self: PromptKeys, *args: Any) -> PromptKeys:
-        calls.append(args[2])
+        calls.append(args[2])  # the prompt length
         return extend_trace(self, *args)
 
     monkeypatch.setattr(PromptKeys, "extend_trace", counted)
     with_memo, _ = _planned(sc, tmp_path / "memo", "shape")
-    monkeypatch.setattr(PromptKeys, "trace_memo", lambda self, trace_block: None)
+    monkeypatch.setattr(PromptKeys, "trace_memo", lambda self, trace_block, after: None)
     without, _ = _planned(sc, tmp_path / "ids", "shape")
     assert with_memo.height > 12 and len(calls) >= with_memo.filter(~pl.col("warmup")).height
     assert with_memo.equals(without)
