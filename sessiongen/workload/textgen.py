@@ -119,14 +119,16 @@ class TextGenerator:
         ids: list[int] = []
         w = 0
         start_kind = 1  # 1: sentence start with space, 2: paragraph start
+        # as lists: reading a numpy element is a numpy scalar, 4x a list's cost here
+        word, comma = words.tolist(), commas.tolist()
         for length, para in zip(lengths.tolist(), para_end.tolist(), strict=True):
             if w + length > n_words:
                 break
-            ids.append(int(words[w]) + start_kind * self.n_lower)
+            ids.append(word[w] + start_kind * self.n_lower)
             for j in range(w + 1, w + length):
-                if commas[j] and j < w + length - 1:
+                if comma[j] and j < w + length - 1:
                     ids.append(self.COMMA)
-                ids.append(int(words[j]))
+                ids.append(word[j])
             ids.append(self.PARA if para else self.PERIOD)
             start_kind = 2 if para else 1
             w += length
