@@ -149,11 +149,13 @@ class VirtualDriver:
         if self.engine == "compiled":
             module = core()
             assert module is not None
+            # kept or not, a result is the caller's: handed straight to it when not kept
+            direct = on_finish is not None and not keep_results
             self.cluster = module.Cluster(
                 profile,
                 shared_cache=shared_cache,
                 collapse=collapse,
-                on_finish=self._finished,
+                on_finish=on_finish if direct else self._finished,
                 make_result=RequestResult,
             )
         else:

@@ -47,3 +47,48 @@ def test_rows_of_two_blocks_carry_their_blocks_facts() -> None:
 
 def test_no_rows_is_an_empty_frame_with_the_schema() -> None:
     assert PlannedRecords().frame().schema == pl.Schema(REQUEST_SCHEMA)
+
+
+def test_a_planned_row_takes_each_field_from_the_facts_or_the_engine() -> None:
+    from sessiongen.capacity.virtual import planned_row
+    from sessiongen.experiment.facts import TurnFacts
+    from sessiongen.sim.virtual import RequestResult
+
+    facts = TurnFacts("s-7", 7, 3, 2, 11, "needle", "digest", 5, 6, 70, 8, 1, False, True,
+                      0.25, 12.0, 1.5)  # fmt: skip
+    result = RequestResult(tag=None, replica=1, prompt_tokens=100, output_tokens=20,
+                           arrival_s=10.0, admitted_s=10.5, first_token_s=11.0,
+                           finished_s=13.0, local_hit_tokens=30, pool_hit_tokens=40,
+                           preemptions=0, kv_blocks_at_admission=0, running_at_admission=0,
+                           waiting_at_admission=0)  # fmt: skip
+    row = planned_row(facts, result, start_s=1000.0)
+    assert row._asdict() == {
+        "session_id": "s-7",
+        "session_index": 7,
+        "context_tokens": 3,
+        "turn": 2,
+        "replica": 1,
+        "cross_replica": True,
+        "warmup": False,
+        "prompt_tokens": 100,
+        "content_tokens": 11,
+        "cached_tokens": 70,
+        "completion_tokens": 20,
+        "queue_s": 0.25,
+        "ttfb_s": 1.0,
+        "ttft_s": 1.0,
+        "e2e_s": 3.0,
+        "send_s": 1010.0,
+        "local_hit_tokens": 30,
+        "external_hit_tokens": 40,
+        "expected": "needle",
+        "prompt_digest": "digest",
+        "server_ttft_s": 1.0,
+        "arrival_s": 12.0,
+        "think_s": 1.5,
+        "server_queue_s": 0.5,
+        "trace_line": 5,
+        "trace_shared_blocks": 6,
+        "trace_shared_tokens": 70,
+        "trace_reuse_distance": 8,
+    }
