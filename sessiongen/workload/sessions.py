@@ -57,7 +57,7 @@ def source_for(scenario: Scenario, salt: str, generator: TextGenerator) -> Sourc
     return SOURCES[scenario.sessions.source](scenario, salt, generator)
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     """One session's plan; its texts are built on first use and then kept."""
 
