@@ -40,7 +40,7 @@ import orjson
 from numpy.typing import NDArray
 
 from sessiongen.scenario.spec import Scenario
-from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.cache import KeyChain, PromptKeys
 from sessiongen.sim.compiled import kernel
 from sessiongen.sim.engine import Job, World
 from sessiongen.workload.reuse import PrefixFacts
@@ -73,6 +73,9 @@ class Turn(NamedTuple):
     expected: str | None
     trace_line: int | None = None
     prefix: PrefixFacts | None = None
+    # A trace turn in shape mode: the keys of its prompt and answer (the answer's
+    # blocks nobody else's, KeyChain.extend_unique), in place of output ids.
+    answer: KeyChain | None = None
 
 
 class Prompts:
@@ -98,6 +101,9 @@ class Prompts:
         # of the scenario. A generator per session cost 80 us to seed, more than the
         # session's turns then cost the compiled engine.
         self._ids = _Ids(np.random.default_rng([scenario.seed, 0x5E55]))
+        # The keys of a shaped trace prompt's answer blocks: 64-bit draws of their own
+        # seeded stream, handed out in the same order.
+        self._answer_keys = _Ids(np.random.default_rng([scenario.seed, 0xA45E]), raw=True)
 
     def prepare(self, req: TurnRequest) -> Job:
         """The served simulator's own preparation of one request body."""
@@ -221,7 +227,8 @@ class Prompts:
         assert session.trace is not None
         head, tail = self._chat_template()
         spec = self.scenario.sessions.trace
-        ids = self._ids
+        answer_keys = self._answer_keys
+        size = head.local.block_tokens
         if self._trace_memo is False:  # looked up once: compiled, or None (ids and extend)
             self._trace_memo = head.trace_memo(spec.block_tokens, tail)
         memo = self._trace_memo
@@ -234,6 +241,9 @@ class Prompts:
                 prompt = head.extend(
                     trace_prompt(req.hash_ids, req.input_length, spec.block_tokens, tail)
                 )
+            n = req.output_length
+            blocks = (prompt.tokens % size + n) // size
+            answer = prompt.local.extend_unique(n, answer_keys.take(blocks))
             out.append(
                 Turn(
                     session_id=session.session_id,
@@ -242,12 +252,13 @@ class Prompts:
                     turn=k,
                     prompt=prompt,
                     output_tokens=req.output_length,
-                    output_ids=ids.take(req.output_length),
+                    output_ids=None,
                     content_tokens=req.input_length,
                     prompt_digest=None,
                     expected=None,
                     trace_line=req.line,
                     prefix=t.facts,
+                    answer=answer,
                 )
             )
         return out
@@ -317,16 +328,22 @@ class _Ids:
     """Random token ids, drawn many thousand at a time (a draw's fixed cost is most of a
     turn's few hundred ids) and handed out in order."""
 
-    def __init__(self, rng: np.random.Generator, batch: int = 1 << 16) -> None:
+    def __init__(
+        self, rng: np.random.Generator, batch: int = 1 << 16, *, raw: bool = False
+    ) -> None:
         self.rng = rng
         self.batch = batch
+        self.raw = raw  # whole 64-bit draws (keys), else token ids below 100,000
         self._ids: NDArray[np.uint64] = np.zeros(0, dtype=np.uint64)
         self._at = 0
 
     def take(self, n: int) -> NDArray[np.uint64]:
         n = max(n, 0)
         if self._at + n > len(self._ids):
-            self._ids = _ids(self.rng, max(n, self.batch))
+            size = max(n, self.batch)
+            self._ids = (
+                self.rng.bit_generator.random_raw(size) if self.raw else _ids(self.rng, size)
+            )
             self._at = 0
         out = self._ids[self._at : self._at + n]
         self._at += n

@@ -198,6 +198,7 @@ class VirtualBlock:
                 prompt=turn.prompt,
                 max_tokens=turn.output_tokens,
                 output_ids=turn.output_ids,
+                answer=turn.answer,
                 tag=tag,
                 noise_key=noise_key,
             )

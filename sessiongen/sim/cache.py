@@ -280,20 +280,61 @@ class KeyChain:
         place."""
         added = length + memo.after_tokens
         blocks, kept = divmod(len(self._tail) + added, self.block_tokens)
-        prefix, buf, own = self._prefix, self._buf, self._own
-        if len(prefix):  # keep the shared prefix, copy the own keys (as _hash does)
-            grown = _KeyBuffer(own + blocks)
-            grown.array[:own] = buf.array[:own]
-        else:  # everything so far becomes the prefix: nothing copied
-            prefix, grown, own = buf.array[:own], _KeyBuffer(blocks), 0
+        prefix, grown, own = self._room(blocks)
         tail = np.empty(kept, dtype=np.uint64)
         scaled = memo.keys(hash_ids, length, int(self._scaled), grown.array, own, tail)
+        return self._extended(added, prefix, grown, own, blocks, _U64(scaled), tail)
+
+    def extend_unique(self, tokens: int, keys: NDArray[np.uint64]) -> KeyChain:
+        """This sequence followed by ``tokens`` tokens that no other sequence has, without
+        the tokens (as :meth:`unique` makes a whole chain): ``keys`` are the new whole
+        blocks' keys, ``(len(tail) + tokens) // block_tokens`` of them, drawn by the
+        caller from a seeded stream of 64-bit values. For an answer nothing will extend
+        (a trace's next prompt is its own hash ids): the engine caches its blocks, and
+        only their number and their being nobody else's matter; two draws collide with
+        odds of about 2^-64 a block. The tail is zeros and the running sum the last key,
+        so the chain still extends like any other."""
+        if self._pending is not None:
+            self._hash()
+        blocks, kept = divmod(len(self._tail) + tokens, self.block_tokens)
+        if len(keys) != blocks:
+            raise ValueError(f"keys: expected {blocks} for {tokens} tokens, got {len(keys)}")
+        prefix, grown, own = self._room(blocks)
+        grown.array[own : own + blocks] = keys
+        scaled = keys[-1] if blocks else self._scaled
+        tail = np.zeros(kept, dtype=np.uint64)
+        return self._extended(tokens, prefix, grown, own, blocks, _U64(scaled), tail)
+
+    def _room(self, blocks: int) -> tuple[NDArray[np.uint64], _KeyBuffer, int]:
+        """(prefix, buffer, own keys in it) for an extension by ``blocks`` keys hashed
+        outside :meth:`_hash`: the shared prefix kept and the own keys copied, or, with
+        no prefix, everything so far as the prefix and nothing copied (as _hash does
+        when another extension appended here first)."""
+        prefix, buf, own = self._prefix, self._buf, self._own
+        if len(prefix):
+            grown = _KeyBuffer(own + blocks)
+            grown.array[:own] = buf.array[:own]
+            return prefix, grown, own
+        return buf.array[:own], _KeyBuffer(blocks), 0
+
+    def _extended(
+        self,
+        added: int,
+        prefix: NDArray[np.uint64],
+        grown: _KeyBuffer,
+        own: int,
+        blocks: int,
+        scaled: np.uint64,
+        tail: NDArray[np.uint64],
+    ) -> KeyChain:
+        """The hashed chain of this one and ``added`` tokens whose ``blocks`` keys were
+        written after ``own`` in ``grown``."""
         grown.used = own + blocks
         out = KeyChain.__new__(KeyChain)
         out.block_tokens, out.tokens, out._last = self.block_tokens, self.tokens + added, None
         out._kernel, out._pending = self._kernel, None
         out._prefix, out._buf, out._own = prefix, grown, own + blocks
-        out._scaled, out._tail = _U64(scaled), tail
+        out._scaled, out._tail = scaled, tail
         return out
 
     def _hash(self) -> None:

@@ -18,7 +18,8 @@ time included). Prompts are token ids or, for speed, :class:`~sessiongen.sim.cac
 extended turn by turn (the previous prompt, its answer, the new question), which hashes
 only the new tokens (the question together with the next turn's answer, when that turn
 is submitted). With ``output_ids`` the answer's full KV blocks are cached under
-their keys, so a next turn that contains the answer reuses them on the same replica.
+their keys, so a next turn that contains the answer reuses them on the same replica;
+an ``answer`` chain made by the caller gives the keys directly.
 
 Decode-only stretches are collapsed (``collapse=True``): a run of identical decode steps
 is one event, cut short by any arrival at its replica, so the cost grows with prefill
@@ -36,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sessiongen.scenario.simprofile import SimProfile
-from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.cache import KeyChain, PromptKeys
 from sessiongen.sim.cluster import Cluster
 from sessiongen.sim.compiled import Engine, core, resolve
 from sessiongen.sim.noise import PrefillNoise
@@ -57,6 +58,9 @@ class Arrival:
     output_ids: NDArray[Any] | Sequence[int] | None = None
     tag: Any = None
     noise_key: str | None = None  # the request's service-time noise key (sim/noise.py)
+    # the block keys of the prompt and its answer, made by the caller instead of from
+    # ``output_ids`` (KeyChain.extend_unique: an answer nothing extends)
+    answer: KeyChain | None = None
 
 
 class RequestResult(NamedTuple):
@@ -195,7 +199,11 @@ class VirtualDriver:
         # quarter of a planned day's CPU, most of it first touches of fresh memory).
         pool_keys = keys.pool.keys
         local = keys.local
-        if arrival.output_ids is not None:
+        if arrival.answer is not None:
+            if arrival.answer.tokens != keys.tokens + arrival.max_tokens:
+                raise ValueError("answer: expected the prompt's tokens plus max_tokens")
+            local = arrival.answer
+        elif arrival.output_ids is not None:
             if len(arrival.output_ids) != arrival.max_tokens:
                 raise ValueError("output_ids: expected max_tokens ids")
             local = local.extend(arrival.output_ids)

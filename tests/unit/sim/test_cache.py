@@ -6,6 +6,7 @@ import math
 from collections import OrderedDict
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -197,3 +198,22 @@ def test_pool_lru_keeps_the_order_and_times_of_touching_key_by_key(seed: int) ->
             assert list(lru._keys.items()) == list(ref.keys.items())
         else:
             assert lru.prefix_len(keys, at) == ref.prefix_len(keys, at)
+
+
+def test_a_unique_extension_appends_the_given_keys_and_extends_like_a_chain() -> None:
+    ids = np.arange(40, dtype=np.uint64)
+    base = KeyChain.of(ids, 16)  # two blocks, eight tokens of tail
+    keys = np.array([11, 12, 13], dtype=np.uint64)  # (8 + 45) // 16 = 3 new blocks
+    answer = base.extend_unique(45, keys)
+    assert answer.tokens == 85
+    assert answer.keys.tolist() == [*base.keys.tolist(), 11, 12, 13]
+    # the prompt's keys are untouched, and a second extension from it is its own
+    other = base.extend_unique(45, np.array([21, 22, 23], dtype=np.uint64))
+    assert answer.keys.tolist()[-3:] == [11, 12, 13] and other.keys.tolist()[-3:] == [21, 22, 23]
+    assert base.keys.tolist() == KeyChain.of(ids, 16).keys.tolist()
+    # it extends further by ids like any chain: its head kept, new blocks hashed on
+    more = answer.extend(np.arange(30, dtype=np.uint64))
+    assert more.tokens == 115 and more.keys.tolist()[:5] == answer.keys.tolist()
+    assert len(more.keys) == 115 // 16
+    with pytest.raises(ValueError, match="expected 3"):
+        base.extend_unique(45, np.array([1, 2], dtype=np.uint64))

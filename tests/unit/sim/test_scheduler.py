@@ -351,6 +351,10 @@ def test_the_virtual_driver_refuses_what_cannot_be_simulated() -> None:
     d.run()
     with pytest.raises(ValueError, match="before now"):
         d.submit(Arrival(0.5, 0, tokens(0, 10), 1))
+    keys = d.keys(tokens(100, 140))
+    short = keys.local.extend_unique(5, np.zeros((40 % 16 + 5) // 16, dtype=np.uint64))
+    with pytest.raises(ValueError, match="answer: expected"):
+        d.submit(Arrival(2.0, 0, keys, 6, answer=short))
 
 
 # --- the loaded terms: the pool's store cost, asynchronous loads ------------------------
