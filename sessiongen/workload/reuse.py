@@ -37,9 +37,8 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,8 +50,7 @@ from sessiongen.workload.trace import TraceRequest
 _DIRECT = 4
 
 
-@dataclass(frozen=True, slots=True)
-class PrefixFacts:
+class PrefixFacts(NamedTuple):
     """What one request shares with the requests before it."""
 
     shared_blocks: int

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from sessiongen.errors import ScenarioError
 from sessiongen.workload.jsonfile import json_lines, open_input, show
@@ -45,8 +44,7 @@ DEFAULT_BLOCK_TOKENS = 512
 Window = float | tuple[float, float]
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
+class TraceRequest(NamedTuple):
     """One line of a trace, validated, with times in replay milliseconds.
 
     ``timestamp_ms`` is the arrival measured from the first kept request (or from the

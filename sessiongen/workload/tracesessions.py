@@ -34,8 +34,8 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sessiongen.errors import ScenarioError
 from sessiongen.scenario.spec import Scenario
@@ -43,8 +43,7 @@ from sessiongen.workload.reuse import PrefixFacts, prefix_facts
 from sessiongen.workload.trace import TraceRequest, read_trace
 
 
-@dataclass(frozen=True, slots=True)
-class TraceTurn:
+class TraceTurn(NamedTuple):
     """One line of the trace as a turn: the request, its sharing facts, its pause."""
 
     request: TraceRequest
@@ -52,8 +51,7 @@ class TraceTurn:
     pause_s: float  # modeled seconds after the previous turn's answer (0 for a first turn)
 
 
-@dataclass(frozen=True, slots=True)
-class TraceSession:
+class TraceSession(NamedTuple):
     """A session of the trace: its id, when its first turn is sent, its turns in order."""
 
     session_id: str
