@@ -25,10 +25,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
 
 from sessiongen.infra.stages import TIMER
 
@@ -98,6 +99,9 @@ class BlockProgress:
             _is_terminal(self._stream) if interactive is None else interactive
         )
         if enabled and not self._lines:
+            from tqdm import tqdm  # on a terminal only (its import is a plan's 6 ms)
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
             self._bar = tqdm(
                 total=total, desc=desc, file=self._stream, bar_format=BAR_FORMAT, leave=True
             )

@@ -28,7 +28,6 @@ workers when their parent's sentinel does).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import signal
@@ -163,6 +162,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)``, where the first stop signal cancels ``main`` at an ``await``
     and later ones hurry the clean-up; ``KeyboardInterrupt`` is raised once ``main`` has
     unwound (its ``finally`` blocks ran) and the loop's worker threads have finished."""
+    import asyncio  # here, not at import: every command installs signals, few run a loop
+
     outcome: list[T] = []
     asyncio.run(_cancel_on_signals(main, outcome))
     if not outcome:
@@ -171,6 +172,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 async def _cancel_on_signals(main: Coroutine[Any, Any, T], outcome: list[T]) -> None:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None

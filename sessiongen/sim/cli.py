@@ -28,7 +28,6 @@ from typing import Any
 import click
 
 from sessiongen.errors import EndpointError
-from sessiongen.infra.net import http_post_json
 from sessiongen.scenario.schema import apply_overrides, build, parse_override
 from sessiongen.scenario.simprofile import SimProfile
 
@@ -138,6 +137,8 @@ def switch_command(urls: tuple[str, ...], shared_cache: str) -> None:
     bases = [u.rstrip("/") for u in urls]
     steps = [(bases[0] + "/sim/config", {"shared_cache": shared_cache == "on"})]
     steps += [(url + "/sim/reset", {"pool": i == 0}) for i, url in enumerate(bases)]
+    from sessiongen.infra.net import http_post_json  # urllib: only this command needs it
+
     for url, body in steps:
         status, answer = http_post_json(url, body, timeout_s=10.0)
         if status != 200:

@@ -23,11 +23,12 @@ one step ahead, and its handler sleeps until exactly that time to write it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -40,7 +41,6 @@ from sessiongen.sim import output
 from sessiongen.sim.cache import PromptKeys
 from sessiongen.sim.cluster import Cluster
 from sessiongen.sim.compiled import Engine, core, resolve
-from sessiongen.sim.metrics import ReplicaMetrics
 from sessiongen.sim.noise import PrefillNoise
 from sessiongen.sim.prompt import PromptTokenizer
 from sessiongen.sim.scheduler import SimRequest, Step
@@ -48,9 +48,12 @@ from sessiongen.sim.wire import Api, BadRequest, GenRequest, parse_generation
 from sessiongen.text.probes import answer_needle
 
 if TYPE_CHECKING:  # built by pip install; absent where no compiler was at hand
+    import asyncio
+
     from sessiongen.sim._core import Cluster as CompiledCluster
     from sessiongen.sim._core import _Req as CompiledRequest
     from sessiongen.sim._core import _Step as CompiledStep
+    from sessiongen.sim.metrics import ReplicaMetrics
 
 log = logging.getLogger("sessiongen.sim")
 
@@ -94,7 +97,7 @@ class Served:
         self.replica = replica
         self.job = job
         self.arrival_wall = arrival
-        loop = asyncio.get_running_loop()
+        loop = _asyncio().get_running_loop()
         self.admitted: asyncio.Future[None] = loop.create_future()
         self.token_times: list[float] = []
         self._waiter: asyncio.Future[None] | None = None
@@ -111,7 +114,7 @@ class Served:
     async def wait_tokens(self, count: int) -> None:
         """Until the times of the first ``count`` tokens are known."""
         while len(self.token_times) < count:
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = _asyncio().get_running_loop().create_future()
             await self._waiter
 
     async def wait_finished(self) -> None:
@@ -161,12 +164,17 @@ class World:
         self.noise = PrefillNoise(profile.prefill_noise_sigma, 0)
         self.tokenizer = PromptTokenizer()
         output.word_ids()  # built once here, not inside the first request
-        self.replicas = [Replica(self, i) for i in range(profile.replicas)]
         self.streams = 0  # responses streaming their decode tokens now
         self.late_warned_at = float("-inf")  # monotonic time of the last lateness warning
         self._epoch: float | None = None
         self._driver: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
+
+    @functools.cached_property
+    def replicas(self) -> list[Replica]:
+        """Each replica's face to its HTTP app (its metrics), made when first asked for:
+        the planner's World serves nothing, and prometheus_client is 15 ms to import."""
+        return [Replica(self, i) for i in range(self.profile.replicas)]
 
     @property
     def shared_cache(self) -> bool:
@@ -176,7 +184,7 @@ class World:
 
     def _loop_epoch(self) -> float:
         if self._epoch is None:
-            self._epoch = asyncio.get_running_loop().time()
+            self._epoch = _asyncio().get_running_loop().time()
         return self._epoch
 
     def modeled(self, wall: float) -> float:
@@ -196,7 +204,7 @@ class World:
             self.cluster.pool.on = shared_cache
         if time_scale is not None and time_scale != self.time_scale:
             if self._epoch is not None:
-                now = asyncio.get_running_loop().time()
+                now = _asyncio().get_running_loop().time()
                 modeled_now = self.modeled(now)
                 self._epoch = now - modeled_now * time_scale
             self.time_scale = time_scale
@@ -343,20 +351,20 @@ class World:
 
     def _ensure_driver(self) -> None:
         if self._driver is None or self._driver.done():
-            self._driver = asyncio.get_running_loop().create_task(self._drive())
+            self._driver = _asyncio().get_running_loop().create_task(self._drive())
             self._driver.add_done_callback(_driver_done)
 
     async def stop(self) -> None:
         """Stop the driver task (on app cleanup)."""
         if self._driver is not None:
             self._driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(_asyncio().CancelledError):
                 await self._driver
             self._driver = None
 
     async def _drive(self) -> None:
         """Process the engine's events as the wall clock reaches them."""
-        loop = asyncio.get_running_loop()
+        loop = _asyncio().get_running_loop()
         cluster = self.cluster
         while True:
             t = cluster.next_time()
@@ -408,6 +416,15 @@ class World:
         }
 
 
+@functools.cache
+def _asyncio() -> ModuleType:
+    """asyncio, imported when the served simulator first needs it: the planner makes a
+    World for its prompts and never runs a loop (asyncio and ssl are 13 ms of a plan)."""
+    import asyncio
+
+    return asyncio
+
+
 def _driver_done(task: asyncio.Task[None]) -> None:
     """A driver that fails leaves its requests waiting: say so, with the traceback."""
     if not task.cancelled() and task.exception() is not None:
@@ -425,8 +442,10 @@ class Replica:
     def __init__(self, world: World, index: int) -> None:
         self.world = world
         self.index = index
+        from sessiongen.sim.metrics import ReplicaMetrics  # prometheus_client: served only
+
         self.scheduler = world.cluster.replicas[index]
-        self.metrics = ReplicaMetrics(world.model_name, index)
+        self.metrics: ReplicaMetrics = ReplicaMetrics(world.model_name, index)
         sched = self.scheduler
         self.metrics.watch(
             lambda: len(sched.running),

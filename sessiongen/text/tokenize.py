@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -150,6 +148,9 @@ class ServerTokenizer:
         return False
 
     def encode(self, text: str) -> list[int]:
+        import urllib.error  # here: urllib.request is 12 ms, and only this tokenizer calls
+        import urllib.request
+
         body = json.dumps(
             {"model": self._model, "prompt": text, "add_special_tokens": False}
         ).encode()

@@ -82,7 +82,9 @@ def test_plan_verbose_prints_its_stages(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_a_plan_with_its_decision_never_imports_scipy_stats(tmp_path: Path) -> None:
     """The plan's quantiles come from scipy.special (analysis/stats.py, hypotheses.py,
-    tails.py): scipy.stats, three times its import time, is never loaded."""
+    tails.py): scipy.stats, three times its import time, is never loaded; nor is what
+    only the served simulator and the terminal use (asyncio, prometheus_client, urllib's
+    HTTP client, tqdm with --no-progress)."""
     code = (
         "import sys; from sessiongen.cli import main\n"
         "try:\n"
@@ -91,11 +93,13 @@ def test_a_plan_with_its_decision_never_imports_scipy_stats(tmp_path: Path) -> N
         " '--set', 'design.blocks=[\"off\", \"on\"]'])\n"
         "except SystemExit:\n    pass\n"
         "print('LOADED', 'scipy.stats._stats_py' in sys.modules,"
-        " 'scipy.special._ufuncs' in sys.modules)"
+        " 'scipy.special._ufuncs' in sys.modules,"
+        " sorted(m for m in ('asyncio', 'prometheus_client', 'urllib.request', 'tqdm')"
+        " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # the decision ran (scipy.special read) and scipy.stats did not load
-    assert out.stdout.splitlines()[-1] == "LOADED False True", out.stdout[-2000:] + out.stderr
+    # the decision ran (scipy.special read) and scipy.stats did not load, nor the rest
+    assert out.stdout.splitlines()[-1] == "LOADED False True []", out.stdout[-2000:] + out.stderr
 
 
 def test_the_planner_imports_no_figures_nor_client() -> None:
