@@ -31,7 +31,7 @@ import sys
 from types import ModuleType
 
 #: numpy's submodules that scipy's import reads and the analysis never needs (module doc).
-NUMPY_EXTRAS = ("f2py", "testing")
+NUMPY_EXTRAS = ("f2py", "testing", "ma", "polynomial", "fft", "ctypeslib")
 
 
 def lazy_module(name: str) -> ModuleType:
