@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sessiongen.design.arrivals import START_STAGGER_S
 from sessiongen.design.placement import replica_for
@@ -46,8 +46,7 @@ class Scripted(Protocol):
     def home_key(self, turn: int) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(NamedTuple):
     """A request that is due: turn ``turn`` of the script's session ``session`` (its
     position in the script's list) at ``at``, to ``replica`` (None: the block's router
     picks), with ``noise_key`` naming it for the simulator's service-time noise."""
@@ -65,7 +64,7 @@ def turn_key(seed: int, block: int, session_index: int, turn: int) -> str:
     return f"{seed}/{block}/{session_index}/{turn}"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Live:
     """A session between its start and its last turn."""
 
