@@ -145,6 +145,8 @@ def _ratio(
     column: str = "ttft_s",
 ) -> tuple[stats.Interval, int]:
     """Median(off) / median(on) with its interval, and the number of resampled units."""
+    if off.height == 0 or on.height == 0:  # one arm (a plan or run of one): no ratio, as
+        return stats.Interval(math.nan, math.nan, math.nan, 0), 0  # bootstrap_ratio says
     opts = boot.options(seed)
     if paired:
         units = sorted(set(off["session_index"].to_list()) | set(on["session_index"].to_list()))

@@ -28,3 +28,21 @@ def test_a_missing_ratio_reads_a_dash(tmp_path: Path) -> None:
     run = dataclasses.replace(run, requests=run.requests.filter(~gone))
     last = analysis.console_table(run).splitlines()[-1].split()
     assert last[0] == "2" and last[-1] == "-" and last[-2] == "-"
+
+
+def test_a_ratio_with_one_arm_empty_is_what_the_bootstrap_says_without_resampling(
+    tmp_path: Path,
+) -> None:
+    from sessiongen.analysis import stats
+    from sessiongen.analysis.frames import clusters
+    from sessiongen.analysis.latency import DEFAULT_BOOTSTRAP, _ratio
+
+    spec = SyntheticSpec(sessions=6, turns=2, placements=("fixed",), blocks=("on", "on"))
+    run = analysis.load_run(write_run(tmp_path, spec))
+    on = run.ok.filter(pl.col("cache") == "on")
+    off = on.clear()
+    assert on.height > 0
+    for a, b in ((off, on), (on, off)):
+        ci, n = _ratio(a, b, False, DEFAULT_BOOTSTRAP, [1, 2])
+        full = stats.bootstrap_ratio(clusters(a), clusters(b), **DEFAULT_BOOTSTRAP.options([1, 2]))
+        assert repr((ci, n)) == repr((full, full.n))  # NaNs compared by their text
