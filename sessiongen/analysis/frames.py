@@ -59,13 +59,22 @@ def unit_matrix(
     turn, ...), so rows of two such matrices with the same ``units`` can be resampled
     together (a paired, cluster bootstrap: :mod:`sessiongen.analysis.stats`).
     """
-    grouped = frame.group_by("session_index").agg(pl.col(column).drop_nulls())
-    by_unit = dict(zip(grouped["session_index"].to_list(), grouped[column].to_list(), strict=True))
-    width = max((len(v) for v in by_unit.values()), default=1) or 1
+    # Each value's place: its unit's row, its rank among its session's values in row
+    # order; then one scatter (a loop over 12k sessions cost a block's decision 15 ms).
+    values = frame.select("session_index", pl.col(column).cast(pl.Float64).alias("_value")).filter(
+        pl.col("_value").is_not_null()
+    )
+    values = values.with_columns(pl.int_range(pl.len()).over("session_index").alias("_at"))
+    at = values["_at"].to_numpy()
+    width = int(at.max()) + 1 if at.size else 1
     mat = np.full((len(units), width), np.nan)
-    for i, unit in enumerate(units):
-        vals = by_unit.get(unit, [])
-        mat[i, : len(vals)] = vals
+    if values.height and len(units):
+        rows = pl.DataFrame(
+            {"session_index": pl.Series(list(units), dtype=frame.schema["session_index"]),
+             "_row": np.arange(len(units))}
+        )  # fmt: skip
+        placed = values.join(rows, on="session_index", how="inner")
+        mat[placed["_row"].to_numpy(), placed["_at"].to_numpy()] = placed["_value"].to_numpy()
     return mat
 
 
