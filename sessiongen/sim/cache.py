@@ -307,10 +307,13 @@ class KeyChain:
 
     def _room(self, blocks: int) -> tuple[NDArray[np.uint64], _KeyBuffer, int]:
         """(prefix, buffer, own keys in it) for an extension by ``blocks`` keys hashed
-        outside :meth:`_hash`: the shared prefix kept and the own keys copied, or, with
-        no prefix, everything so far as the prefix and nothing copied (as _hash does
-        when another extension appended here first)."""
+        outside :meth:`_hash`, as _hash finds it: this chain's own buffer when nothing
+        has appended to it yet and it has the room (a prompt's answer), else the shared
+        prefix kept and the own keys copied, or, with no prefix, everything so far as
+        the prefix and nothing copied."""
         prefix, buf, own = self._prefix, self._buf, self._own
+        if buf.used == own and len(buf.array) >= own + blocks:
+            return prefix, buf, own
         if len(prefix):
             grown = _KeyBuffer(own + blocks)
             grown.array[:own] = buf.array[:own]
