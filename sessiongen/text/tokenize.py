@@ -91,6 +91,11 @@ class TiktokenTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._enc.decode(list(ids)))
 
+    def piece(self, token_id: int) -> str:
+        """One token's text, as ``decode([token_id])`` gives it (a third of its cost:
+        the text generator reads the first 13,000 to find its words)."""
+        return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+
 
 class HFTokenizer:
     """A Hugging Face ``tokenizer.json`` through the ``tokenizers`` package."""

@@ -54,7 +54,7 @@ def _word_list() -> tuple[str, ...]:
     words: list[str] = []
     pattern = re.compile(r"^ [a-z]{4,12}$")
     for token_id in range(100_000):
-        piece = enc.decode([token_id])
+        piece = enc.piece(token_id)
         word = piece[1:]
         if word in _SHORT_WORDS or (
             pattern.match(piece) and re.search("[aeiouy]", word) and word not in _BLOCKED
