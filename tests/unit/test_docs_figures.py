@@ -128,9 +128,11 @@ def plan_trace_sentence(data: dict[str, Any]) -> str:
     ``docs/data/plan-trace.json`` (``bench/plan_trace.py``)."""
     f = data["figures"]
     one, both, dynamo = f["one_arm.wall_s"], f["both_arms.wall_s"], f["dynamo.wall_s"]
+    cpu = f["dynamo.cpu_s"] / f["one_arm.cpu_s"]
     return (
         f"took {one:.2f} s for one cache arm against {dynamo:.2f} s for NVIDIA Dynamo 1.6.1's "
-        f"offline replay of the same trace ({dynamo / one:.2f}x), and {both:.2f} s for both "
+        f"offline replay of the same trace ({dynamo / one:.2f}x in wall time, {cpu:.2f}x in "
+        f"CPU time), and {both:.2f} s for both "
         f"arms with the decision ({both / dynamo:.2f}x Dynamo's one arm), peak memory "
         f"{max(f['one_arm.peak_mib'], f['both_arms.peak_mib'])} MiB (load average "
         f"{max(f['one_arm.load'], f['both_arms.load'], f['dynamo.load']):g} or less)"
