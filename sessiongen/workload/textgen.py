@@ -116,23 +116,28 @@ class TextGenerator:
         lengths = rng.integers(6, 22, size=n_words // 6 + 2)
         para_end = rng.random(len(lengths)) < 0.2
         commas = rng.random(n_words) < 0.07
-        ids: list[int] = []
-        w = 0
-        start_kind = 1  # 1: sentence start with space, 2: paragraph start
-        # as lists: reading a numpy element is a numpy scalar, 4x a list's cost here
-        word, comma = words.tolist(), commas.tolist()
-        for length, para in zip(lengths.tolist(), para_end.tolist(), strict=True):
-            if w + length > n_words:
-                break
-            ids.append(word[w] + start_kind * self.n_lower)
-            for j in range(w + 1, w + length):
-                if comma[j] and j < w + length - 1:
-                    ids.append(self.COMMA)
-                ids.append(word[j])
-            ids.append(self.PARA if para else self.PERIOD)
-            start_kind = 2 if para else 1
-            w += length
-        arr = np.asarray(ids, dtype=np.int64)
+        # Sentences of the drawn lengths while they fit in the drawn words; a sentence's
+        # first word is capitalised (after a paragraph's end, without the space), a comma
+        # may precede any word but its first and last, and it ends with a period or a
+        # paragraph break. Laid out with arrays: a word's units are an optional comma,
+        # the word, and after a sentence's last word its end.
+        ends = np.cumsum(lengths)
+        kept = int(np.searchsorted(ends, n_words, side="right"))  # the sentences that fit
+        used = int(ends[kept - 1]) if kept else 0
+        sentence = np.repeat(np.arange(kept), lengths[:kept])  # each used word's sentence
+        at = np.arange(used)
+        first = at == (ends[:kept] - lengths[:kept])[sentence]
+        last = at == ends[:kept][sentence] - 1
+        kind = np.ones(kept, dtype=np.int64)  # 1: a sentence start, 2: a paragraph start
+        kind[1:] += para_end[: kept - 1]
+        value = words[:used] + np.where(first, kind[sentence] * self.n_lower, 0)
+        comma = commas[:used] & ~first & ~last
+        count = 1 + comma.astype(np.int64) + last
+        where = np.cumsum(count) - count  # each word's first unit
+        arr: NDArray[np.int64] = np.empty(int(count.sum()), dtype=np.int64)
+        arr[where[comma]] = self.COMMA
+        arr[where + comma] = value
+        arr[(where + comma + 1)[last]] = np.where(para_end[:kept], self.PARA, self.PERIOD)
         csum = np.cumsum(self.counts[arr])
         keep = int(np.searchsorted(csum, n_tokens, side="right"))
         arr = arr[:keep]
