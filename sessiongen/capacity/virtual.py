@@ -236,35 +236,35 @@ def planned_row(facts: TurnFacts, result: RequestResult, *, start_s: float) -> P
     """A turn's planned record: its facts, and what the engine modeled of it (every
     duration from the request's arrival; ``start_s``: the block's start in the run)."""
     ttft = result.first_token_s - result.arrival_s
-    return PlannedRow(  # positional, in the fields' order: half the cost of keywords
-        facts.session_id,
-        facts.session_index,
-        facts.context_tokens,
-        facts.turn,
-        result.replica,
-        facts.cross_replica is True,
-        facts.warmup,
-        result.prompt_tokens,
-        facts.content_tokens,
-        result.local_hit_tokens + result.pool_hit_tokens,  # cached_tokens
-        result.output_tokens,  # completion_tokens
-        facts.queue_s,
-        ttft,  # ttfb_s
-        ttft,  # ttft_s
-        result.finished_s - result.arrival_s,  # e2e_s
-        start_s + result.arrival_s,  # send_s
-        result.local_hit_tokens,
-        result.pool_hit_tokens,  # external_hit_tokens
-        facts.expected,
-        facts.prompt_digest,
-        ttft,  # server_ttft_s
-        facts.arrival_s,
-        facts.think_s,
-        result.admitted_s - result.arrival_s,  # server_queue_s
-        facts.trace_line,
-        facts.trace_shared_blocks,
-        facts.trace_shared_tokens,
-        facts.trace_reuse_distance,
+    return PlannedRow(
+        session_id=facts.session_id,
+        session_index=facts.session_index,
+        context_tokens=facts.context_tokens,
+        turn=facts.turn,
+        replica=result.replica,
+        cross_replica=facts.cross_replica is True,
+        warmup=facts.warmup,
+        prompt_tokens=result.prompt_tokens,
+        content_tokens=facts.content_tokens,
+        cached_tokens=result.local_hit_tokens + result.pool_hit_tokens,
+        completion_tokens=result.output_tokens,
+        queue_s=facts.queue_s,
+        ttfb_s=ttft,
+        ttft_s=ttft,
+        e2e_s=result.finished_s - result.arrival_s,
+        send_s=start_s + result.arrival_s,
+        local_hit_tokens=result.local_hit_tokens,
+        external_hit_tokens=result.pool_hit_tokens,
+        expected=facts.expected,
+        prompt_digest=facts.prompt_digest,
+        server_ttft_s=ttft,
+        arrival_s=facts.arrival_s,
+        think_s=facts.think_s,
+        server_queue_s=result.admitted_s - result.arrival_s,
+        trace_line=facts.trace_line,
+        trace_shared_blocks=facts.trace_shared_blocks,
+        trace_shared_tokens=facts.trace_shared_tokens,
+        trace_reuse_distance=facts.trace_reuse_distance,
     )
 
 

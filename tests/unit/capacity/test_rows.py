@@ -54,8 +54,11 @@ def test_a_planned_row_takes_each_field_from_the_facts_or_the_engine() -> None:
     from sessiongen.experiment.facts import TurnFacts
     from sessiongen.sim.virtual import RequestResult
 
-    facts = TurnFacts("s-7", 7, 3, 2, 11, "needle", "digest", 5, 6, 70, 8, 1, False, True,
-                      0.25, 12.0, 1.5)  # fmt: skip
+    facts = TurnFacts(session_id="s-7", session_index=7, context_tokens=3, turn=2,
+                      content_tokens=11, expected="needle", prompt_digest="digest",
+                      trace_line=5, trace_shared_blocks=6, trace_shared_tokens=70,
+                      trace_reuse_distance=8, replica=1, warmup=False, cross_replica=True,
+                      queue_s=0.25, arrival_s=12.0, think_s=1.5)  # fmt: skip
     result = RequestResult(tag=None, replica=1, prompt_tokens=100, output_tokens=20,
                            arrival_s=10.0, admitted_s=10.5, first_token_s=11.0,
                            finished_s=13.0, local_hit_tokens=30, pool_hit_tokens=40,
