@@ -128,9 +128,9 @@ class PlannedRecords:
         assert self._facts is not None, "rows before any block began"
         # transposed in Python, then built as columns: a fifth of the time polars takes
         # to build the same frame from row tuples
-        rows = pl.DataFrame(
-            dict(zip(_ROW_SCHEMA, zip(*self._rows, strict=True), strict=True)), schema=_ROW_SCHEMA
-        )
+        # (strict=False: values cast to the schema as the row-wise build did)
+        columns = dict(zip(_ROW_SCHEMA, zip(*self._rows, strict=True), strict=True))
+        rows = pl.DataFrame(columns, schema=_ROW_SCHEMA, strict=False)
         constants = self._facts.columns()
         self._rows = []
         self._frames.append(

@@ -30,8 +30,10 @@ import importlib.util
 import sys
 from types import ModuleType
 
-#: numpy's submodules that scipy's import reads and the analysis never needs (module doc).
-NUMPY_EXTRAS = ("f2py", "testing", "ma", "polynomial", "fft", "ctypeslib")
+#: numpy's submodules that scipy's import reads and the analysis never needs (module doc):
+#: the two that cost most, and that no library the tool runs reads on a second thread
+#: (matplotlib reads numpy.ma, so that one stays eager).
+NUMPY_EXTRAS = ("f2py", "testing")
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -59,5 +61,5 @@ def defer_numpy_extras() -> None:
 
     for name in NUMPY_EXTRAS:
         full = f"numpy.{name}"
-        if full not in sys.modules:
+        if full not in sys.modules and importlib.util.find_spec(full) is not None:
             setattr(numpy, name, lazy_module(full))

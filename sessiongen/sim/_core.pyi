@@ -133,12 +133,15 @@ class TraceKeys:
         after: NDArray[np.uint64],
         weights: NDArray[np.uint64],
         done: int,
+        scaled: int,
         r_inv: int,
         trace_block: int,
         limit: int = ...,
     ) -> None: ...
     @property
     def stored(self) -> int: ...
+    @property
+    def chain(self) -> tuple[int, int, int]: ...
     @property
     def after_tokens(self) -> int: ...
     def keys(

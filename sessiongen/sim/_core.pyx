@@ -1556,6 +1556,11 @@ cdef struct _Memo:
     Py_ssize_t next  # the next entry under the same map key, -1 for none
 
 
+#: What one kept trace block costs besides its terms, in 8-byte words: its 40-byte entry
+#: and its index's hash-map node (key, value, link, cached hash).
+cdef Py_ssize_t _ENTRY_WORDS = 9
+
+
 cdef inline uint64_t _memo_key(uint64_t position, uint64_t previous, uint64_t hash_id) noexcept:
     return _mix(_mix(hash_id + _POSITION) ^ _mix(previous * _R + position))
 
@@ -1576,8 +1581,11 @@ cdef class TraceKeys:
     later turns repeat their earlier turns' hash ids, and conversations share system
     prompts: the Mooncake-shaped bench trace has 278k full trace blocks, 72k distinct.
     Blocks past the last full trace block (its partial tail, ``after``) are hashed
-    token by token, as :func:`chain_hash` does. At most ``limit`` terms are kept;
-    past that, new trace blocks are hashed and not kept.
+    token by token, as :func:`chain_hash` does. What is kept is bounded by ``limit``
+    words of 8 bytes (64 MiB by default): a trace block's terms and its entry (the
+    entry and its index node counted as :data:`_ENTRY_WORDS`); past that, new trace
+    blocks are hashed and not kept. ``chain`` names the chain it was made for (its
+    blocks, running sum and tail length) so that it is not used for another.
     """
 
     cdef vector[uint64_t] before
@@ -1589,8 +1597,8 @@ cdef class TraceKeys:
     cdef vector[uint64_t] rest
     cdef vector[_Memo] entries
     cdef unordered_map[uint64_t, Py_ssize_t] index
-    cdef uint64_t done, r_inv, trace_block
-    cdef Py_ssize_t size, per, limit
+    cdef uint64_t done, r_inv, trace_block, scaled
+    cdef Py_ssize_t size, per, limit, words
 
     def __init__(
         self,
@@ -1598,6 +1606,7 @@ cdef class TraceKeys:
         const uint64_t[::1] after,
         const uint64_t[::1] weights,
         uint64_t done,
+        uint64_t scaled,
         uint64_t r_inv,
         uint64_t trace_block,
         Py_ssize_t limit=1 << 23,
@@ -1614,7 +1623,7 @@ cdef class TraceKeys:
             self.weights.push_back(weights[k])
         for k in range(after.shape[0]):
             self.after.push_back(after[k])
-        self.done, self.r_inv, self.trace_block = done, r_inv, trace_block
+        self.done, self.scaled, self.r_inv, self.trace_block = done, scaled, r_inv, trace_block
         self.per = <Py_ssize_t>(trace_block // <uint64_t>self.size)
         self.limit = limit
         self.scratch.resize(self.per)
@@ -1625,11 +1634,16 @@ cdef class TraceKeys:
         return self.entries.size()
 
     @property
+    def chain(self):
+        """(blocks, running sum, tail tokens) of the chain it was made for."""
+        return self.done, self.scaled, self.before.size()
+
+    @property
     def after_tokens(self):
         """How many tokens ``after`` is (every prompt ends with them)."""
         return self.after.size()
 
-    cdef const uint64_t* _terms(self, const uint64_t* hash_ids, Py_ssize_t i) noexcept:
+    cdef const uint64_t* _terms(self, const uint64_t* hash_ids, Py_ssize_t i) except NULL:
         """The ``per`` terms of the blocks ending in full trace block ``i``."""
         cdef Py_ssize_t a = self.before.size()
         cdef uint64_t previous = hash_ids[i - 1] if (a and i) else 0
@@ -1647,7 +1661,7 @@ cdef class TraceKeys:
                     return &self.terms[entry.terms]
                 at = entry.next
         cdef uint64_t* out
-        cdef bint keep = <Py_ssize_t>self.terms.size() + self.per <= self.limit
+        cdef bint keep = self.words + self.per + _ENTRY_WORDS <= self.limit
         if keep:
             start = self.terms.size()
             self.terms.resize(start + self.per)
@@ -1683,6 +1697,7 @@ cdef class TraceKeys:
             if found != self.index.end():  # chain it in front of the others
                 self.entries[entry_at].next = deref(found).second
             self.index[key] = entry_at
+            self.words += self.per + _ENTRY_WORDS
         return out
 
     def keys(

@@ -270,7 +270,8 @@ class KeyChain:
             self._hash()
         done = len(self._prefix) + self._own
         return memo(np.ascontiguousarray(self._tail), np.asarray(after, dtype=np.uint64),
-                    _weights(self.block_tokens), done, _R_INV, trace_block)  # fmt: skip
+                    _weights(self.block_tokens), done, int(self._scaled), _R_INV,
+                    trace_block)  # fmt: skip
 
     def extend_trace(self, memo: Any, hash_ids: Sequence[int], length: int) -> KeyChain:
         """:meth:`extend` by a trace prompt's ids and the memo's ``after``
@@ -278,6 +279,10 @@ class KeyChain:
         now without making the ids: ``memo`` is :meth:`trace_memo` of this chain, which
         hashes each distinct trace block once for every prompt that has it at the same
         place."""
+        if self._pending is not None:
+            self._hash()
+        if memo.chain != (len(self._prefix) + self._own, int(self._scaled), len(self._tail)):
+            raise ValueError("memo: made for another chain (use this chain's trace_memo)")
         added = length + memo.after_tokens
         blocks, kept = divmod(len(self._tail) + added, self.block_tokens)
         prefix, grown, own = self._room(blocks)

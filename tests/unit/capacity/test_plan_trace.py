@@ -17,7 +17,7 @@ from sessiongen.capacity.prompts import trace_prompt
 from sessiongen.capacity.virtual import Tokens, block_ids, virtual_replay
 from sessiongen.records.run import load_run
 from sessiongen.sim import compiled
-from sessiongen.sim.cache import PromptKeys
+from sessiongen.sim.cache import _R_INV, PromptKeys, _weights
 from sessiongen.workload.sessions import SessionBuilder
 from tests.support.paths import ROOT
 
@@ -203,3 +203,29 @@ def test_shape_mode_uses_the_memo_and_plans_as_the_ids_do(
     without, _ = _planned(sc, tmp_path / "ids", "shape")
     assert with_memo.height > 12 and len(calls) >= with_memo.filter(~pl.col("warmup")).height
     assert with_memo.equals(without)
+
+
+def test_a_trace_memo_serves_only_its_chain_and_keeps_no_more_than_its_limit() -> None:
+    if compiled.core() is None or os.environ.get(compiled.ENV) == "python":
+        pytest.skip("the memo needs the compiled engine")
+    after = np.array([7, 8, 9], dtype=np.uint64)
+    head = PromptKeys.of(np.arange(20, dtype=np.uint64), 16, 32)
+    other = PromptKeys.of(np.arange(1, 21, dtype=np.uint64), 16, 32)
+    memo = head.trace_memo(64, after)
+    with pytest.raises(ValueError, match="another chain"):
+        other.extend_trace(memo, [1, 2], 100)
+    # a chain still pending (extended, not hashed) is hashed first, then checked
+    pending = head.local.extend(np.arange(3, dtype=np.uint64))
+    with pytest.raises(ValueError, match="another chain"):
+        pending.extend_trace(memo, [1, 2], 100)
+    # a memo with room for one trace block (its terms and entry) keeps one, keys still right
+    small = compiled.core().TraceKeys(  # type: ignore[union-attr]
+        np.arange(16, 20, dtype=np.uint64), after, _weights(16),
+        *memo.chain[:2], _R_INV, 64, limit=4 + 9,
+    )  # fmt: skip
+    for ids in ([1, 2, 3], [4, 5, 6], [1, 2, 3]):
+        got = head.extend_trace(small, ids, 180)
+        assert np.array_equal(
+            got.local.keys, head.extend(trace_prompt(ids, 180, 64, after)).local.keys
+        )
+    assert small.stored == 1
