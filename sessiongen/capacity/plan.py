@@ -67,6 +67,7 @@ from sessiongen.capacity.virtual import (
     write_run,
 )
 from sessiongen.errors import UserError
+from sessiongen.infra.collector import frozen_heap
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.stages import stage
 from sessiongen.records import io
@@ -108,6 +109,28 @@ def plan(
     sweep = sweep or SweepOptions()
     sweep.check()
     check_decision(seeds, pays_at)
+    with frozen_heap():  # the imports' objects left out of the collector's passes
+        return _plan(
+            path, overrides, varies, runs_dir=runs_dir, tokens=tokens, progress=progress,
+            sweep=sweep, on_config=on_config, seeds=seeds, pays_at=pays_at,
+            sensitivity=sensitivity,
+        )  # fmt: skip
+
+
+def _plan(
+    path: str | Path,
+    overrides: Sequence[str],
+    varies: Sequence[Vary],
+    *,
+    runs_dir: Path,
+    tokens: Tokens,
+    progress: bool,
+    sweep: SweepOptions,
+    on_config: Callable[[Config, Path], None] | None,
+    seeds: int,
+    pays_at: float,
+    sensitivity: bool,
+) -> Path:
     with stage("scenario and grid"):
         grid = configs(path, overrides, varies)
     out = new_plan_folder(runs_dir, "plan", grid[0].scenario.name)

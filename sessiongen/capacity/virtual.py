@@ -18,9 +18,7 @@ shape for runs too large to tokenize).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import heapq
 import itertools
 import math
@@ -42,6 +40,7 @@ from sessiongen.experiment.facts import Placed, TurnFacts, warmup_placed
 from sessiongen.experiment.head import block_entry, run_head
 from sessiongen.experiment.script import BlockScript, Send
 from sessiongen.experiment.warmups import Warmup, warmup_tokens, warmups
+from sessiongen.infra.collector import no_collections
 from sessiongen.infra.files import ensure_dir, output_error
 from sessiongen.infra.progress import BlockProgress
 from sessiongen.infra.stages import stage
@@ -268,26 +267,6 @@ def planned_row(facts: TurnFacts, result: RequestResult, *, start_s: float) -> P
     )
 
 
-@contextlib.contextmanager
-def _no_collections() -> Iterator[None]:
-    """Run a block with the cyclic garbage collector off.
-
-    A block allocates millions of small objects that are freed by reference counting
-    (the engine's and the planner's objects make no cycles that outlive a block: a KV
-    run evicted leaves its tree), so the collector's passes find nothing: at a
-    threshold of 100,000 allocations they still took 12% of a planned hour's CPU with
-    the compiled engine (perf), walking the live sessions' objects; off, the same peak
-    memory. Whatever cycles a block leaves are collected when it ends.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def check_plannable(scenario: Scenario) -> None:
     """A one-line :class:`ScenarioError` for what the planner cannot model."""
     for placement in scenario.placement.policies:
@@ -430,7 +409,7 @@ def plan_run(
             engine=engine,
             warmup_tokens=warm_tokens,
         )
-        with _no_collections():
+        with no_collections():  # (infra.collector: a block's objects make no cycles)
             took = runner.run()
         bar.close()
         entry["ended_at"] = io.now_iso()

@@ -11,6 +11,7 @@ from sessiongen.cli.common import (
     pays_at_option,
     set_option,
 )
+from sessiongen.infra.collector import no_collections
 from sessiongen.infra.stages import TIMER, stage
 
 
@@ -144,7 +145,8 @@ def plan_cmd(
     """
     if verbose:
         TIMER.start(since_process_start="start-up (interpreter, imports, options)")
-    with stage("planner imported"):
+    # importing makes a few hundred thousand objects and no garbage: no passes over them
+    with stage("planner imported"), no_collections():
         from sessiongen.analysis.whatif import Config, Vary
         from sessiongen.capacity import plan as plan_mod
         from sessiongen.capacity.sweep import Executor, SweepOptions

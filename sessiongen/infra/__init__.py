@@ -12,6 +12,8 @@
   elsewhere (replay's and the planner's);
 - :mod:`.stages`: wall and CPU time per named stage of a command (``plan --verbose``);
 - :mod:`.lazy`: third-party modules imported on their first use (scipy's statistics);
+- :mod:`.collector`: when the cyclic garbage collector runs (not over the imports'
+  objects during a plan, not at all during a block);
 - :mod:`.extensions`: the optional compiled modules, used only when as new as their
   source, and the one ``SESSIONGEN_ENGINE`` rule that chooses them or their Python twins.
 

@@ -1,0 +1,49 @@
+"""infra.collector: the collector's passes skip what existed, or stop, and come back."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from sessiongen.infra.collector import frozen_heap, no_collections
+
+
+def test_a_frozen_heap_leaves_existing_objects_out_until_it_ends() -> None:
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        assert gc.get_freeze_count() > before  # what exists now is frozen
+    assert gc.get_freeze_count() == 0  # and given back to the collector
+
+
+def test_a_frozen_heap_is_given_back_when_the_work_fails() -> None:
+    with pytest.raises(RuntimeError), frozen_heap():
+        raise RuntimeError("boom")
+    assert gc.get_freeze_count() == 0
+
+
+def test_no_collections_restores_what_it_found() -> None:
+    assert gc.isenabled()
+    with no_collections():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with no_collections():
+            pass
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+def test_a_plan_runs_with_the_imports_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessiongen.capacity import plan as plan_mod
+
+    seen: list[int] = []
+
+    def inner(*args: object, **kwargs: object) -> None:
+        seen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(plan_mod, "_plan", inner)
+    plan_mod.plan("any.toml")
+    assert seen and seen[0] > 0 and gc.get_freeze_count() == 0
