@@ -16,6 +16,8 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 
 import click
@@ -76,12 +78,21 @@ for _command in COMMANDS:
     cli.add_command(_command)
 
 
+_EXIT_FREEZE: list[bool] = []  # the exit hook below, once a process
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point for the console script and ``python -m sessiongen``.
 
     Usage errors (a missing argument, a path that is a file where a folder is wanted)
     print as one line naming the option, like every other user error, exit status 2.
     """
+    # At exit the interpreter's last collection walks every object a command made (a
+    # planned trace's: 0.1 s of a 1.5 s plan) only to free them all; frozen, it skips
+    # them. Registered first, it runs last, after every other exit hook.
+    if not _EXIT_FREEZE:
+        atexit.register(gc.freeze)
+        _EXIT_FREEZE.append(True)
     try:
         signals.install()  # for the whole process: its exit hooks stop what is left
         try:

@@ -11,6 +11,9 @@ two full passes of 22 and 36 ms over every object the imports had made among the
 - :func:`no_collections`: no passes at all while it lasts; what cycles are left are
   collected after (a block: at a threshold of 100,000 allocations the passes still took
   12% of a planned hour's CPU, walking the live sessions' objects).
+
+The command line also freezes the heap as the process exits (:func:`sessiongen.cli.main`):
+the interpreter's last pass would walk everything only to free it.
 """
 
 from __future__ import annotations

@@ -47,3 +47,18 @@ def test_a_plan_runs_with_the_imports_frozen(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(plan_mod, "_plan", inner)
     plan_mod.plan("any.toml")
     assert seen and seen[0] > 0 and gc.get_freeze_count() == 0
+
+
+def test_the_command_line_freezes_the_heap_at_exit() -> None:
+    import subprocess
+    import sys
+
+    # a hook registered before main() runs after main's own (exit hooks run last first)
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('FROZEN', gc.get_freeze_count() > 0))\n"
+        "from sessiongen.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "FROZEN True", out.stdout + out.stderr
