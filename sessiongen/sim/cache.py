@@ -109,6 +109,26 @@ class _KeyBuffer:
 _NO_KEYS: NDArray[np.uint64] = np.zeros(0, dtype=np.uint64)
 
 
+def _room(
+    prefix: NDArray[np.uint64], buf: _KeyBuffer, own: int, blocks: int
+) -> tuple[NDArray[np.uint64], _KeyBuffer, int]:
+    """Where ``blocks`` new keys go after a hashed chain's ``own`` keys in ``buf``, as
+    (prefix, buffer, own keys in it): that buffer when nothing has appended to it yet
+    and it has the room; else a new one, the shared prefix kept and the own keys
+    copied, or, with no prefix, everything so far as the prefix and nothing copied."""
+    if buf.used != own:  # another extension appended here first
+        if len(prefix):  # keep the shared prefix, copy the own keys
+            grown = _KeyBuffer(own + blocks)
+            grown.array[:own] = buf.array[:own]
+            return prefix, grown, own
+        return buf.array[:own], _KeyBuffer(blocks), 0  # nothing copied
+    if len(buf.array) < own + blocks:  # out of room
+        grown = _KeyBuffer(own + blocks)
+        grown.array[:own] = buf.array[:own]
+        return prefix, grown, own
+    return prefix, buf, own
+
+
 class KeyChain:
     """The chain keys of a token sequence, extendable without rehashing its head.
 
@@ -285,7 +305,7 @@ class KeyChain:
             raise ValueError("memo: made for another chain (use this chain's trace_memo)")
         added = length + memo.after_tokens
         blocks, kept = divmod(len(self._tail) + added, self.block_tokens)
-        prefix, grown, own = self._room(blocks)
+        prefix, grown, own = _room(self._prefix, self._buf, self._own, blocks)
         tail = np.empty(kept, dtype=np.uint64)
         scaled = memo.keys(hash_ids, length, int(self._scaled), grown.array, own, tail)
         return self._extended(added, prefix, grown, own, blocks, _U64(scaled), tail)
@@ -304,26 +324,11 @@ class KeyChain:
         blocks, kept = divmod(len(self._tail) + tokens, self.block_tokens)
         if len(keys) != blocks:
             raise ValueError(f"keys: expected {blocks} for {tokens} tokens, got {len(keys)}")
-        prefix, grown, own = self._room(blocks)
+        prefix, grown, own = _room(self._prefix, self._buf, self._own, blocks)
         grown.array[own : own + blocks] = keys
         scaled = keys[-1] if blocks else self._scaled
         tail = np.zeros(kept, dtype=np.uint64)
         return self._extended(tokens, prefix, grown, own, blocks, _U64(scaled), tail)
-
-    def _room(self, blocks: int) -> tuple[NDArray[np.uint64], _KeyBuffer, int]:
-        """(prefix, buffer, own keys in it) for an extension by ``blocks`` keys hashed
-        outside :meth:`_hash`, as _hash finds it: this chain's own buffer when nothing
-        has appended to it yet and it has the room (a prompt's answer), else the shared
-        prefix kept and the own keys copied, or, with no prefix, everything so far as
-        the prefix and nothing copied."""
-        prefix, buf, own = self._prefix, self._buf, self._own
-        if buf.used == own and len(buf.array) >= own + blocks:
-            return prefix, buf, own
-        if len(prefix):
-            grown = _KeyBuffer(own + blocks)
-            grown.array[:own] = buf.array[:own]
-            return prefix, grown, own
-        return buf.array[:own], _KeyBuffer(blocks), 0
 
     def _extended(
         self,
@@ -358,18 +363,7 @@ class KeyChain:
             # copies, as below: a view would keep the array it was cut from alive
             self._tail = np.concatenate((base_tail, new)) if len(base_tail) else new.copy()
             return
-        if buf.used != own:  # another extension appended here first
-            if len(prefix):  # keep the shared prefix, copy the own keys
-                grown = _KeyBuffer(own + blocks)
-                grown.array[:own] = buf.array[:own]
-            else:  # everything so far becomes the prefix: nothing copied
-                prefix, grown = buf.array[:own], _KeyBuffer(blocks)
-                own = 0
-            buf = grown
-        elif len(buf.array) < own + blocks:  # out of room
-            grown = _KeyBuffer(own + blocks)
-            grown.array[:own] = buf.array[:own]
-            buf = grown
+        prefix, buf, own = _room(prefix, buf, own, blocks)
         done = len(prefix) + own  # keys before the new ones: the hash's positions
         end = done + blocks
         out = buf.array[own : own + blocks]
