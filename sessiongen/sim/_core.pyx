@@ -1464,6 +1464,12 @@ cdef inline uint64_t _mix(uint64_t z) noexcept:
     return z
 
 
+cdef inline uint64_t _term(uint64_t digest, uint64_t position, uint64_t inv) noexcept:
+    """A block's term in a chain's running sum: its tokens' weighted ``digest`` with its
+    position in the chain (0-based) added, scrambled, times ``inv`` (``R^-position``)."""
+    return _mix(digest + (position + 1) * _POSITION) * inv
+
+
 cdef inline uint64_t _power(uint64_t base, uint64_t exponent) noexcept:
     cdef uint64_t out = 1
     while exponent:
@@ -1510,9 +1516,7 @@ def chain_hash(
             tokens = &seq[j * size - ahead]
             for k in range(size):
                 digest += tokens[k] * weights[k]
-        digest += (done + <uint64_t>j + 1) * _POSITION
-        digest = _mix(digest) * inv
-        scaled += digest
+        scaled += _term(digest, done + <uint64_t>j, inv)
         out[j] = _mix(scaled * fwd)
         inv *= r_inv
         fwd *= _R
@@ -1522,6 +1526,11 @@ def chain_hash(
 # --- a trace's token ids from its hash ids (capacity/prompts.py) -----------------------
 
 cdef uint64_t _SCRAMBLE = 0x9E3779B97F4A7C15ULL
+
+
+cdef inline uint64_t _trace_id(uint64_t at) noexcept:
+    """The id at ``hash id * block_tokens + offset`` of a trace prompt (``block_ids``)."""
+    return (at * _SCRAMBLE) >> 40
 
 
 def trace_tokens(const uint64_t[::1] hash_ids, Py_ssize_t length, uint64_t block_tokens,
@@ -1537,7 +1546,7 @@ def trace_tokens(const uint64_t[::1] hash_ids, Py_ssize_t length, uint64_t block
         return
     base = hash_ids[0] * block_tokens
     for i in range(length):
-        out[i] = ((base + <uint64_t>p) * _SCRAMBLE) >> 40
+        out[i] = _trace_id(base + <uint64_t>p)
         p += 1
         if p == <Py_ssize_t>block_tokens:
             p = 0
@@ -1678,17 +1687,16 @@ cdef class TraceKeys:
             if k == 0 and a:  # the block starts in the trace block before, or in ``before``
                 for x in range(a):
                     if i:
-                        digest += (((before_base + <uint64_t>x) * _SCRAMBLE) >> 40) * w[x]
+                        digest += _trace_id(before_base + <uint64_t>x) * w[x]
                     else:
                         digest += self.before[x] * w[x]
                 for x in range(a, self.size):
-                    digest += (((base + <uint64_t>(x - a)) * _SCRAMBLE) >> 40) * w[x]
+                    digest += _trace_id(base + <uint64_t>(x - a)) * w[x]
             else:
                 start_at = base + <uint64_t>(k * self.size - a)
                 for x in range(self.size):
-                    digest += (((start_at + <uint64_t>x) * _SCRAMBLE) >> 40) * w[x]
-            digest += (m + 1) * _POSITION
-            out[k] = _mix(digest) * inv
+                    digest += _trace_id(start_at + <uint64_t>x) * w[x]
+            out[k] = _term(digest, m, inv)
             inv *= self.r_inv
             m += 1
         if keep:
@@ -1759,7 +1767,7 @@ cdef class TraceKeys:
             b, p = t // block, t % block
             base = ids[b] * <uint64_t>block
             while t < length:
-                rest[x] = ((base + <uint64_t>p) * _SCRAMBLE) >> 40
+                rest[x] = _trace_id(base + <uint64_t>p)
                 x += 1
                 t += 1
                 p += 1
@@ -1776,8 +1784,7 @@ cdef class TraceKeys:
             digest = 0
             for k in range(size):
                 digest += rest[x + k] * w[k]
-            digest += (self.done + <uint64_t>j + 1) * _POSITION
-            scaled += _mix(digest) * inv
+            scaled += _term(digest, self.done + <uint64_t>j, inv)
             keys[j] = _mix(scaled * fwd)
             inv *= self.r_inv
             fwd *= _R
