@@ -31,6 +31,7 @@ sessions have texts of their own, so none is a shape for the others.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -93,9 +94,6 @@ class Prompts:
         self._shapes: dict[int, Shape] = {}
         self._exact: dict[int, list[Turn]] = {}
         self._template: tuple[PromptKeys, NDArray[np.uint32]] | None = None
-        # The compiled memo of a trace's prompts (PromptKeys.trace_memo): False until
-        # looked up, None where there is none.
-        self._trace_memo: Any = False
         # Synthetic token ids (shaped prompts, answers of trace prompts): one seeded
         # stream handed out in the order sessions begin, which is the same in every run
         # of the scenario. A generator per session cost 80 us to seed, more than the
@@ -222,6 +220,13 @@ class Prompts:
             self._template = (keys, tail)
         return self._template
 
+    @functools.cached_property
+    def _trace_memo(self) -> Any | None:
+        """The compiled memo of the trace's prompts (:meth:`PromptKeys.trace_memo`), or
+        None (each prompt then extends the template by its ids)."""
+        head, tail = self._chat_template()
+        return head.trace_memo(self.scenario.sessions.trace.block_tokens, tail)
+
     def _hashed(self, session: Session) -> list[Turn]:
         """A trace session's turns with prompts made from their hash ids (module doc)."""
         assert session.trace is not None
@@ -229,8 +234,6 @@ class Prompts:
         spec = self.scenario.sessions.trace
         answer_keys = self._answer_keys
         size = head.local.block_tokens
-        if self._trace_memo is False:  # looked up once: compiled, or None (ids and extend)
-            self._trace_memo = head.trace_memo(spec.block_tokens, tail)
         memo = self._trace_memo
         out: list[Turn] = []
         for k, t in enumerate(session.trace.turns, start=1):

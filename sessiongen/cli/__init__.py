@@ -17,6 +17,7 @@ and report stacks (aiohttp, polars, matplotlib) take 1 to 2 s to import, which
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import sys
 
@@ -78,21 +79,13 @@ for _command in COMMANDS:
     cli.add_command(_command)
 
 
-_EXIT_FREEZE: list[bool] = []  # the exit hook below, once a process
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point for the console script and ``python -m sessiongen``.
 
     Usage errors (a missing argument, a path that is a file where a folder is wanted)
     print as one line naming the option, like every other user error, exit status 2.
     """
-    # At exit the interpreter's last collection walks every object a command made (a
-    # planned trace's: 0.1 s of a 1.5 s plan) only to free them all; frozen, it skips
-    # them. Registered first, it runs last, after every other exit hook.
-    if not _EXIT_FREEZE:
-        atexit.register(gc.freeze)
-        _EXIT_FREEZE.append(True)
+    _freeze_heap_at_exit()
     try:
         signals.install()  # for the whole process: its exit hooks stop what is left
         try:
@@ -112,3 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         # while the first was being reported) still exits 128 + the signal, never by
         # the interpreter's death from SIGINT
         sys.exit(signals.exit_status())
+
+
+@functools.cache  # once a process, however often main() runs
+def _freeze_heap_at_exit() -> None:
+    """At exit the interpreter's last collection walks every object a command made (a
+    planned trace's: 0.1 s of a 1.5 s plan) only to free them all; frozen, it skips
+    them. Registered before any other exit hook of a command, it runs after them all."""
+    atexit.register(gc.freeze)
