@@ -48,7 +48,7 @@ typecheck: $(STAMP)
 ## The fast tier, over FAST_WORKERS processes (pytest-xdist; tests use free ports and their
 ## own temporary folders, so they run side by side).
 test-fast: $(STAMP) router
-	$(TIMED) test-fast $(BIN)/pytest -m "not realstack" -q -n $(FAST_WORKERS) --dist loadfile
+	$(TIMED) test-fast $(BIN)/pytest -m "not realstack" -q -n $(FAST_WORKERS) --dist loadfile --durations=10
 
 ## vllm-router (requirements-router.txt) in .venv, for router placements; skipped when there.
 router: $(STAMP)
@@ -63,7 +63,7 @@ real-stack: $(STAMP)
 ## where it used to start twelve. 33 tests in 12 min 53 s on 2 cores (load average 0.3 at
 ## the start, up to 9.4 from other jobs), 20 min 47 s in a busier run (4-14, one more start).
 test-real: real-stack router
-	$(TIMED) test-real $(BIN)/pytest -m realstack -q
+	$(TIMED) test-real $(BIN)/pytest -m realstack -q --durations=20
 
 ## The documentation site (docs/, mkdocs.yml) into site/: the Reference pages generated from
 ## the code (docs/gen_reference.py), then a strict build (a broken link or anchor fails;

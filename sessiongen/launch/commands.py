@@ -219,7 +219,9 @@ def vllm_argv(
     cached prompt tokens. ``dummy_weights`` adds ``--load-format dummy`` (random weights,
     none read from disk); the fixed seed makes such replicas identical. A built-in model
     runs in its recipe's ``serve_dtype`` (``builtin:tiny``: float32, see
-    :data:`~.tinymodel.SERVE_DTYPE`) unless ``vllm_args`` choose a ``--dtype``.
+    :data:`~.tinymodel.SERVE_DTYPE`) unless ``vllm_args`` choose a ``--dtype``, and
+    eagerly where its recipe says so (``builtin:tiny``, :data:`~.tinymodel.SERVE_EAGER`)
+    unless they choose a compilation.
     ``fingerprint`` makes the replica name itself in every response's
     ``system_fingerprint`` (see :func:`fingerprint_supported`). A fault planted in
     ``spec.fault`` goes into the connector (cache ON only), logging to ``fault_log``.
@@ -229,6 +231,8 @@ def vllm_argv(
         argv += ["--load-format", "dummy", "--dtype", "bfloat16"]
     elif spec.model in RECIPES and not _has_flag(spec.vllm_args, ("--dtype",)):
         argv += ["--dtype", RECIPES[spec.model].serve_dtype]
+    if spec.model in RECIPES and RECIPES[spec.model].eager and not _chooses_compilation(spec):
+        argv += ["--enforce-eager"]
     argv += [
         "--served-model-name",
         served_name,
@@ -374,6 +378,12 @@ def _flag_value(args: Sequence[str], name: str) -> str | None:
 
 def _has_flag(args: Sequence[str], names: Sequence[str]) -> bool:
     return any(arg == name or arg.startswith(name + "=") for arg in args for name in names)
+
+
+def _chooses_compilation(spec: ManagedSpec) -> bool:
+    """Whether ``vllm_args`` say how to compile (``-O3``, ``-O.mode=0`` and ``-O 0`` too)."""
+    names = ("--enforce-eager", "--no-enforce-eager", "--compilation-config", "-cc")
+    return _has_flag(spec.vllm_args, names) or any(a.startswith("-O") for a in spec.vllm_args)
 
 
 def _num(value: float) -> str:

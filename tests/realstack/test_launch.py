@@ -255,6 +255,7 @@ def test_processes_are_recorded_for_the_manifest(cold_on: ManagedPair) -> None:
     assert len({r["port"] for r in rows}) == 3
     assert all("--kv-transfer-config" in r["argv"] for r in rows[1:])
     assert all(r["argv"][r["argv"].index("--dtype") + 1] == "float32" for r in rows[1:])
+    assert all("--enforce-eager" in r["argv"] for r in rows[1:])  # tinymodel.SERVE_EAGER
     assert all(r["env"]["HF_HUB_OFFLINE"] == "1" for r in rows)
     # Each replica's compute threads on its own core(s), the same rule in both arms.
     binds = [r["env"]["VLLM_CPU_OMP_THREADS_BIND"] for r in rows[1:]]

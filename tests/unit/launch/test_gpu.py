@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,28 @@ def test_builtin_models_serve_in_their_dtype(tmp_path: Path) -> None:
     chosen = gpu_spec(vllm_args=("--dtype", "float16"))
     argv = commands.vllm_argv("py", chosen, lmcache_port=None, **common)
     assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == "float16"
+
+
+def test_the_tiny_model_serves_eagerly_unless_the_args_choose_a_compilation() -> None:
+    common = dict(model_arg="/m", dummy_weights=False, served_name="m", host="h", port=1)
+
+    def argv(**fields: Any) -> list[str]:
+        return commands.vllm_argv("py", gpu_spec(**fields), lmcache_port=None, **common)
+
+    assert argv(model="builtin:tiny").count("--enforce-eager") == 1
+    assert "--enforce-eager" not in argv()  # builtin:llama-1b compiles (CUDA graphs)
+    for chosen in (
+        ("--no-enforce-eager",),
+        ("-O3",),
+        ("-O", "0"),
+        ("-O.mode=0",),
+        ("--compilation-config", "{}"),
+        ("-cc={}",),
+    ):
+        got = argv(model="builtin:tiny", vllm_args=chosen)
+        assert "--enforce-eager" not in got and got[-len(chosen) :] == list(chosen), chosen
+    kept = argv(model="builtin:tiny", vllm_args=("--enforce-eager",))
+    assert kept.count("--enforce-eager") == 1
 
 
 def test_each_builtin_model_has_its_own_folder_and_identity(
