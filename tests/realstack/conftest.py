@@ -14,9 +14,9 @@ get them too: while the tier runs, ``sessiongen.targets.managed`` builds its pai
 through :func:`_managed_pair`, which leases the shared pair of the arm when the block's
 spec is the shared one (startup limit aside) and otherwise stops the shared pairs and
 starts one of the block's own. So only tests about a different pair start one: a planted
-fault (its ON pair's connector), cache pressure (KV caches cut to 100 blocks), ``pair
-up/down`` (a single replica); the crash test kills a replica of the shared ON pair, so
-it comes last.
+fault (its ON pair's connector), cache pressure (KV caches cut to 100 blocks; its OFF
+pair is the one ``pair up/status/down`` are checked on); the crash test kills a replica
+of the shared ON pair, so it comes last.
 
 Each arm starts once only if the tests come in arm order, so
 :func:`pytest_collection_modifyitems` runs the tier in phases (markers below): tests

@@ -3,10 +3,10 @@
 Slow (a pair took 56 to 154 s to become ready on this project's 2-core machine, about 3
 minutes on a busier one), so marked ``realstack``; skipped when vLLM is not installed.
 The tests talk to the session's shared pairs (tests/realstack/conftest.py), each handed
-out with every cache emptied and a cold probe showing it. The one start of the module's
-own is a one-replica cache-OFF pair for ``pair up/down`` (a test of starting and
-stopping; it runs before the shared pairs hold the cores); the crash test kills a
-replica of the shared ON pair and stops it, so it runs last in the tier.
+out with every cache emptied and a cold probe showing it; no pair start of the module's
+own (``pair up/status/down`` is checked on the pair that tests/realstack/test_pressure.py
+starts with it for its OFF arm). The crash test kills a replica of the shared ON pair
+and stops it, so it runs last in the tier.
 
 Both arms on replicas the user runs (issue 20): the ON arm is a single-arm run
 (``replay --endpoints A,B --cache on``) against the shared ON pair, the OFF arm one
@@ -44,7 +44,7 @@ from sessiongen import analysis, replay, report
 from sessiongen import scenario as scenario_mod
 from sessiongen.errors import EndpointError, MissingDependencyError
 from sessiongen.infra import net, procs
-from sessiongen.launch import commands, state
+from sessiongen.launch import commands
 from sessiongen.launch.pair import ManagedPair
 from sessiongen.launch.procs import ProcessRecord
 from sessiongen.launch.tinymodel import (
@@ -57,7 +57,7 @@ from sessiongen.records.merge import merge_runs
 from sessiongen.scenario.spec import ManagedSpec
 from sessiongen.text.tokenize import cl100k
 from sessiongen.workload.textgen import default_generator
-from tests.realstack.conftest import SharedPairs, StartupClock
+from tests.realstack.conftest import SharedPairs
 from tests.support.paths import ROOT
 
 pytestmark = [
@@ -361,39 +361,6 @@ def test_crashed_replica_then_stop_leaves_nothing(shared_pairs: SharedPairs) -> 
     assert set(outcome.values()) <= {"stopped", "killed"}
     assert_all_gone(records)
     assert all(net.port_is_free(rec.port) for rec in records)
-
-
-@pytest.mark.pair_starts(1)
-@pytest.mark.own_pairs
-def test_pair_up_status_down_cache_off(
-    tmp_path: Path, tiny_dir: Path, startup: StartupClock
-) -> None:
-    """``pair up`` starts a pair of its own (one replica), before the shared pairs."""
-    managed = {"replicas": 1, "startup_timeout_s": startup.timeout_s()}
-    raw = {
-        "name": "launch-test",
-        "model": {"name": MODEL},
-        "target": {"kind": "managed", "managed": managed},
-    }
-    scn = scenario_mod.from_dict(raw, source="launch-test.toml")
-    up = state.pair_up(scn, tmp_path, cache_on=False, tiny_model_dir=tiny_dir)
-    records = [ProcessRecord.from_dict(p) for p in up["processes"]]
-    try:
-        assert [r.name for r in records] == ["replica-0"]
-        assert "--kv-transfer-config" not in records[0].argv
-        rows = state.pair_status(tmp_path)
-        assert rows[0]["alive"] and rows[0]["healthy"]
-        url = rows[0]["url"]
-        text = words(600, seed=3)
-        chat(url, text)
-        again = chat(url, text)
-        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # local cache
-        assert counter(url, "vllm:external_prefix_cache_hits_total") == 0
-    finally:
-        lines = state.pair_down(tmp_path)
-    assert lines and all(line.endswith(("stopped", "killed")) for line in lines)
-    assert_all_gone(records)
-    assert state.pair_status(tmp_path) == []
 
 
 @pytest.fixture(scope="session")
