@@ -60,9 +60,9 @@ real-stack: $(STAMP)
 
 ## Real vLLM + LMCache replicas on the CPU: the session's shared pool-ON and pool-OFF pairs
 ## plus the pairs of the tests about them (tests/realstack/conftest.py): five pair starts
-## where it used to start twelve and a single replica. Quiet, 2 cores: 33 tests in 12 min
-## 24 s with five pairs and the single replica (start-ups 42-58 s, replicas eager); the
-## last whole run beside a CPU hog is in docs/data/test-times.json (quoted by the README).
+## (it used to start twelve), and no single replica of its own since `pair up/down` is
+## checked on cache pressure's OFF pair. Its last whole run beside a CPU hog is in
+## docs/data/test-times.json (quoted by the README).
 test-real: real-stack router
 	$(TIMED) test-real $(BIN)/pytest -m realstack -q --durations=20
 
