@@ -108,6 +108,34 @@ def test_chains_branched_and_read_in_any_order_have_the_keys_of_their_tokens(
         assert chains[i].tokens == len(seqs[i]) and chains[i].blocks == len(seqs[i]) // block
 
 
+@pytest.mark.parametrize("second", ["extend", "extend_unique"])
+def test_a_chain_with_a_prefix_branched_twice_keeps_both_branches(second: str) -> None:
+    """The buffer choice every extension makes (``cache._room``), on the path the
+    random branching above rarely takes: a chain whose keys are a shared prefix plus
+    its own, extended once (appending in its buffer, read), then again. The second
+    branch copies the own keys into a buffer of its own, leaving the first's intact;
+    the branch taken from a chain with no prefix shares that chain's keys, not a copy."""
+    rng = np.random.default_rng(7)
+    a_ids, b_ids, c_ids, d_ids = (rng.integers(0, 1000, n) for n in (100, 32, 32, 40))
+    a = KeyChain.of(a_ids, 16)
+    assert len(a.extend(b_ids).keys) == 8  # appended in a's buffer
+    c = a.extend(c_ids)
+    prefix, own = c.segments  # a's buffer was taken: a's keys are c's prefix, uncopied
+    assert np.shares_memory(prefix, a.segments[1]) and len(prefix) == 6 and len(own) == 2
+    d = c.extend(d_ids)
+    d_keys = chain_keys(np.concatenate([a_ids, c_ids, d_ids]), 16)
+    assert d.keys.tolist() == d_keys  # appended in c's buffer
+    if second == "extend":
+        e_ids = rng.integers(0, 1000, 40)
+        e = c.extend(e_ids)
+        assert e.keys.tolist() == chain_keys(np.concatenate([a_ids, c_ids, e_ids]), 16)
+    else:
+        e = c.extend_unique(40, np.array([5, 6], dtype=np.uint64))  # (4 + 40) // 16
+        assert e.keys.tolist() == [*c.keys.tolist(), 5, 6]
+    assert d.keys.tolist() == d_keys  # the first branch's keys were not written over
+    assert c.keys.tolist() == chain_keys(np.concatenate([a_ids, c_ids]), 16)
+
+
 def test_prompt_keys_extend_both_granularities() -> None:
     head, tail = ids((0, 3000)), ids((9000, 9700))
     whole = PromptKeys.of(np.concatenate([head, tail]), 16, 1568)
