@@ -116,13 +116,10 @@ def _room(
     (prefix, buffer, own keys in it): that buffer when nothing has appended to it yet
     and it has the room; else a new one, the shared prefix kept and the own keys
     copied, or, with no prefix, everything so far as the prefix and nothing copied."""
-    if buf.used != own:  # another extension appended here first
-        if len(prefix):  # keep the shared prefix, copy the own keys
-            grown = _KeyBuffer(own + blocks)
-            grown.array[:own] = buf.array[:own]
-            return prefix, grown, own
-        return buf.array[:own], _KeyBuffer(blocks), 0  # nothing copied
-    if len(buf.array) < own + blocks:  # out of room
+    shared = buf.used != own  # another extension appended here first
+    if shared and not len(prefix):  # everything so far becomes the prefix: nothing copied
+        return buf.array[:own], _KeyBuffer(blocks), 0
+    if shared or len(buf.array) < own + blocks:  # keep the prefix, copy the own keys
         grown = _KeyBuffer(own + blocks)
         grown.array[:own] = buf.array[:own]
         return prefix, grown, own
