@@ -58,8 +58,7 @@ def test_the_cpu_tiny_profile_plans_a_what_if_grid_where_the_pool_size_matters(
         overrides=[
             "sessions.initial_context_tokens=[12000]",
             "sessions.count=5",
-            "target.sim.profile=builtin:cpu-tiny",
-            "target.sim.pool_chunk_tokens=256",  # the pair's LMCache chunk
+            "target.sim.profile=builtin:cpu-tiny",  # its pool chunk is the pair's LMCache chunk
             "load.levels=[2]",
         ],
         varies=[
