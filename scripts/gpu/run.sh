@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# On the GPU machine, after scripts/gpu/stage.sh installed the stack: the issue-35 run.
+# On the GPU machine, after scripts/gpu/stage.sh installed the stack: the GPU runs.
 #
-#   bash scripts/gpu/run.sh start   # facts, the 1B model, then the runs in the background
+#   bash scripts/gpu/run.sh start   # facts, every step's --dry-run, then the steps in the background
 #   bash scripts/gpu/run.sh wait    # wait for them (at most $GPU_WAIT_S), pack into $OUT
 #   bash scripts/gpu/run.sh pack    # pack whatever is there into $OUT now
-#   bash scripts/gpu/run.sh dry     # both replays' --dry-run: checks the overrides
+#   bash scripts/gpu/run.sh dry     # every step's --dry-run: checks the overrides
 #
-# The runs (one background job, started with setsid so that it outlives the call; the
-# machine keeps it only while it stays warm): a scaled study, scenarios/alt32k.toml
-# (alternate and fixed placement, 32k contexts, 6 sessions an arm, OFF-ON-ON-OFF), then
-# the cross-replica probe chains, scenarios/xreplica.toml, at 32k and at the largest
-# context the replicas hold. Both on the managed target on cuda: two replicas of
-# builtin:llama-1b on GPU 0 beside one LMCache server, caches reset between blocks of the
-# same arm (each reset proved by a cold probe), so both arms see the same prompts and the
-# equivalence probe compares their answers.
+# The steps (one background job, started with setsid so that it outlives the call; the
+# machine keeps it only while it stays warm), each on the managed target on cuda: two
+# replicas on GPU 0 beside one LMCache server in host memory, caches reset between blocks
+# of the same arm (each reset proved by a cold probe), the equivalence probe comparing the
+# arms' answers. Each step's records are kept as it ends, so a lease taken back keeps the
+# steps already done. In order ($GPU_STEPS, default "probe8b study8b study1b"):
+#   probe8b  builtin:llama-8b (Llama-3-8B's shape), scenarios/fitprobe.toml's probe chains
+#            (cold, two local reuses, cross-replica, local reuse) at 8k, 32k, 64k and 128k,
+#            pool off then on: the cross-replica TTFT at 128k with and without the pool,
+#            and the runs `sessiongen fit` fits a GPU profile on
+#   study8b  the same model, scenarios/alt32k.toml's six-turn study (alternate and fixed),
+#            OFF then ON: the study's curves, and cells the fit never saw
+#   study1b  builtin:llama-1b, alt32k alternate only, OFF then ON (the prepared first run)
 #
-# Knobs (environment): GPU_SESSIONS (study sessions an arm, 6), GPU_PROBE=0 (no probe
-# chains), GPU_LARGEST_CONTEXT (258048), GPU_KV_BYTES (each replica's KV cache, 9 GiB),
-# GPU_MAX_MODEL_LEN (262144), GPU_WAIT_S (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more replay arguments, one a
-# line, after the ones here), GPU_SITE, GPU_WORK, PYTHON.
+# Knobs (environment): GPU_STEPS, GPU_SESSIONS (study8b sessions an arm, 4), GPU_WAIT_S
+# (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more arguments for every replay, one a
+# line), GPU_SITE, GPU_WORK, PYTHON.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -27,77 +31,102 @@ WORK=${GPU_WORK:-/root/gpu-work}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$SITE:$REPO" PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-LARGEST=${GPU_LARGEST_CONTEXT:-258048}  # max_model_len 262144 less room for the turns
-KV_BYTES=${GPU_KV_BYTES:-9663676416}      # 9 GiB a replica: 294,912 tokens at 32 KiB
-MAX_LEN=${GPU_MAX_MODEL_LEN:-262144}      # the model's positions; the KV cache must hold it
+STEPS=${GPU_STEPS:-probe8b study8b study1b}
 mkdir -p "$WORK"
 
-# Every managed pair: two replicas sharing GPU 0 (0.3 of its memory each, a fixed
-# 9 GiB KV cache so that concurrent start-ups cannot skew each other's memory
-# profile), eager (vLLM captures CUDA graphs only up to 512 tokens: a long prefill runs
-# eager either way, and start-ups take seconds, not minutes), one LMCache pool of 20 GB
-# (two chains of the largest context, 8 GiB each, fit it).
-common_sets() {
-    local preload env
+# One managed pair of MODEL (llama-1b or llama-8b): two replicas sharing GPU 0, each a
+# fixed KV cache (--kv-cache-memory-bytes: concurrent start-ups cannot skew each other's
+# memory profile), eager (vLLM captures CUDA graphs only for short batches: a long
+# prefill runs eager either way, and start-ups take seconds, not minutes).
+#   llama-1b: 0.3 of the GPU each, 9 GiB of KV (294,912 tokens at 32 KiB), a 20 GB pool.
+#   llama-8b: 0.45 each, 18 GiB of KV (147,456 tokens at 128 KiB: a 128k context and its
+#   turns; 14.8 GB of weights + 19.3 GB of KV + activations fit 0.45 of an 80 GB H100),
+#   a 40 GB pool (two 128k chains are 32 GiB).
+pair_sets() {
+    local model=$1 util kv pool len preload env
+    case $model in
+    llama-1b) util=0.3 kv=9663676416 pool=20 len=262144 ;;
+    llama-8b) util=0.45 kv=19327352832 pool=40 len=139264 ;;
+    esac
     preload=$(cat "$SITE/lmcache-preload" 2>/dev/null)
     env="CUDA_VISIBLE_DEVICES = \"0\"${preload:+, LD_PRELOAD = \"$preload\"}"
     printf '%s\n' --set target.kind=managed --set target.managed.device=cuda \
-        --set target.managed.model=builtin:llama-1b --set model.name=llama-1b \
+        --set "target.managed.model=builtin:$model" --set "model.name=$model" \
         --set sessions.probe=equivalence --set design.restart_between_blocks=false \
-        --set target.managed.pool_size_gb=20 --set "target.managed.max_model_len=$MAX_LEN" \
+        --set "target.managed.pool_size_gb=$pool" --set "target.managed.max_model_len=$len" \
+        --set driver.request_timeout_s=600 \
         --set "target.managed.env={$env}" \
-        --set "target.managed.vllm_args=[\"--enforce-eager\",\"--gpu-memory-utilization\",\"0.3\",\"--kv-cache-memory-bytes\",\"$KV_BYTES\"]"
-    # more arguments for both replays, one a line (a rehearsal on CPU uses it)
+        --set "target.managed.vllm_args=[\"--enforce-eager\",\"--gpu-memory-utilization\",\"$util\",\"--kv-cache-memory-bytes\",\"$kv\"]"
+    # more arguments for every replay, one a line (a rehearsal on CPU uses it)
     if [ -n "${GPU_EXTRA_ARGS_FILE:-}" ]; then cat "$GPU_EXTRA_ARGS_FILE"; fi
+}
+
+step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in model
+    local sets
+    case $1 in
+    probe8b)
+        MODEL=llama-8b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/fitprobe.toml "${sets[@]}" --set sessions.count=2
+            --set "sessions.initial_context_tokens=[8192, 32768, 65536, 131072]") ;;
+    study8b)
+        MODEL=llama-8b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-4}"
+            --set 'design.blocks=["off","on"]') ;;
+    study1b)
+        MODEL=llama-1b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=5
+            --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
+    *) echo "run: unknown step $1" >&2; return 2 ;;
+    esac
 }
 
 facts() {
     {
-        echo "# issue 35 GPU run: $(date -u +%FT%TZ)"
+        echo "# GPU run: $(date -u +%FT%TZ)"
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
         uname -r
         "$PY" - <<'PYEOF'
 import json, math
 from sessiongen.launch import commands, tinymodel
-r = tinymodel.LLAMA_1B
-params = sum(math.prod(s) for s in tinymodel.weight_shapes(r).values())
-print(json.dumps({"versions": commands.stack_versions(), "model": r.name,
-                  "parameters": params, "kv_bytes_per_token": tinymodel.kv_bytes_per_token(r),
-                  "weight_std": r.weight_std, "config": r.config}, indent=1))
+models = {}
+for r in (tinymodel.LLAMA_1B, tinymodel.LLAMA_8B):
+    params = sum(math.prod(s) for s in tinymodel.weight_shapes(r).values())
+    models[r.name] = {"parameters": params, "kv_bytes_per_token": tinymodel.kv_bytes_per_token(r),
+                      "weight_std": r.weight_std, "config": r.config}
+print(json.dumps({"versions": commands.stack_versions(), "models": models}, indent=1))
 PYEOF
         echo "lmcache preload: '$(cat "$SITE/lmcache-preload" 2>/dev/null)'"
         "$PY" -m pip list 2>/dev/null | grep -iE '^(numpy|numba|protobuf|grpcio|prometheus.client|pillow|setuptools|triton|torch|transformers) '
+        free -g | head -2
     } > "$WORK/facts.txt" 2>&1
     cat "$WORK/facts.txt"
 }
 
-replays() {  # the two replays' arguments, one a line group: study, then probe
-    mapfile -t sets < <(common_sets)
-    STUDY=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-6}")
-    PROBE=(scenarios/xreplica.toml "${sets[@]}"
-        --set "sessions.initial_context_tokens=[32768, $LARGEST]")
-}
-
-job() {  # the background job: each step's exit status goes to $WORK/status
-    local start=$SECONDS
-    "$PY" - <<'PYEOF' > "$WORK/model.log" 2>&1
-import time
+build_model() {  # build builtin:$1 once (idempotent), timed into $WORK/model-$1.log
+    "$PY" - "$1" <<'PYEOF' >> "$WORK/model-$1.log" 2>&1
+import sys, time
 from sessiongen.launch import commands, tinymodel
+recipe = tinymodel.RECIPES["builtin:" + sys.argv[1]]
 t = time.monotonic()
-dest = commands.default_model_cache().parent / tinymodel.LLAMA_1B.cache_dir
-tinymodel.build_tiny_model(dest, recipe=tinymodel.LLAMA_1B)
+dest = commands.default_model_cache().parent / recipe.cache_dir
+tinymodel.build_tiny_model(dest, recipe=recipe)
 print(f"model built in {time.monotonic() - t:.1f} s: {tinymodel.tiny_model_identity(dest)}")
 PYEOF
-    echo "model $? $((SECONDS - start))" >> "$WORK/status"
-    replays
-    "$PY" -m sessiongen replay "${STUDY[@]}" --runs-dir "$WORK/runs" --no-progress \
-        > "$WORK/study.log" 2>&1
-    echo "study $? $((SECONDS - start))" >> "$WORK/status"
-    if [ "${GPU_PROBE:-1}" = 1 ]; then
-        "$PY" -m sessiongen replay "${PROBE[@]}" --runs-dir "$WORK/runs" --no-progress \
-            > "$WORK/probe.log" 2>&1
-        echo "probe $? $((SECONDS - start))" >> "$WORK/status"
-    fi
+}
+
+job() {  # the background job: each step's exit status and elapsed seconds go to $WORK/status
+    local start=$SECONDS step
+    for step in $STEPS; do
+        step_args "$step" || continue
+        build_model "$MODEL"
+        echo "model-$MODEL $? $((SECONDS - start))" >> "$WORK/status"
+        "$PY" -m sessiongen replay "${ARGS[@]}" --runs-dir "$WORK/runs" --no-progress \
+            > "$WORK/$step.log" 2>&1
+        echo "$step $? $((SECONDS - start))" >> "$WORK/status"
+    done
     echo "done" >> "$WORK/status"
 }
 
@@ -129,11 +158,14 @@ start)
     echo "run: background job started (pid $!); next: bash scripts/gpu/run.sh wait"
     GPU_WAIT_S=${GPU_WAIT_S:-360} bash "$HERE/run.sh" wait
     ;;
-dry)  # both replays' blocks, nothing run: the overrides are checked before any start
+dry)  # every step's blocks, nothing run: the overrides are checked before any start
     cd "$REPO" || exit 1
-    replays
-    "$PY" -m sessiongen replay "${STUDY[@]}" --dry-run --runs-dir "$WORK/dry" || exit 1
-    "$PY" -m sessiongen replay "${PROBE[@]}" --dry-run --runs-dir "$WORK/dry" || exit 1
+    for step in $STEPS; do
+        step_args "$step" || exit 1
+        "$PY" -m sessiongen replay "${ARGS[@]}" --dry-run --runs-dir "$WORK/dry" > "$WORK/dry-$step.log" 2>&1 \
+            || { tail -n 5 "$WORK/dry-$step.log"; exit 1; }
+        echo "run: $step --dry-run ok ($(grep -c . "$WORK/dry-$step.log") lines)"
+    done
     ;;
 job) cd "$REPO" && job ;;
 wait)
@@ -146,10 +178,10 @@ wait)
         fi
         sleep 15
         echo "run: $(date -u +%T) status: $(tr '\n' ';' 2>/dev/null < "$WORK/status")" \
-            "$(tail -n 1 "$WORK/study.log" 2>/dev/null | cut -c1-120)"
+            "$(tail -q -n 1 "$WORK"/probe8b.log "$WORK"/study*.log 2>/dev/null | tail -n 1 | cut -c1-120)"
     done
     cat "$WORK/status" 2>/dev/null
-    tail -n 25 "$WORK/study.log" "$WORK/probe.log" 2>/dev/null
+    for step in $STEPS; do tail -n 12 "$WORK/$step.log" 2>/dev/null; done
     pack
     ;;
 pack) pack ;;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine: keep the carried batch's part, and once every part is there,
-# reassemble the wheels, check them, install them and smoke-import the stack.
+# reassemble the packed site (the wheels installed by scripts/gpu/prepare, tar.xz), check
+# it, unpack it and smoke-import the stack.
 #
 #   bash scripts/gpu/stage.sh            # from the repository root, batches under .gpu/b*
 #
 # Parts pile up in $GPU_PARTS (default /root/gpu-parts), which lives as long as the machine
 # stays warm (30 s after a call); each call carries one batch (scripts/gpu/prepare made
-# them). The call that completes the set installs into $GPU_SITE (default /tmp/site) and
+# them). The call that completes the set unpacks into $GPU_SITE (default /tmp/site) and
 # builds the c10 shim (c10shim.cpp) that lets lmcache.cuda_ops load on torch 2.11. Exit
 # status 0 when the part was kept (and, on the last call, the stack imports); 3 while
 # parts are still missing; anything else is an error, printed on one line.
@@ -21,7 +22,7 @@ fail() { echo "stage: $*" >&2; exit 1; }
 mkdir -p "$PARTS"
 shopt -s nullglob
 for batch in .gpu/b[0-9]*/; do
-    cp "$batch"SHA256SUMS.parts "$batch"SHA256SUMS.wheels "$batch"manifest.json "$PARTS"/
+    cp "$batch"SHA256SUMS.parts "$batch"SHA256SUMS.site "$batch"manifest.json "$PARTS"/
     for part in "$batch"part-*; do
         (cd "$(dirname "$part")" && grep " $(basename "$part")\$" SHA256SUMS.parts | sha256sum -c --quiet -) \
             || fail "$part: sha256 differs from SHA256SUMS.parts (carried broken; carry it again)"
@@ -45,16 +46,20 @@ if [ "$have" -lt "$want" ]; then
 fi
 sha256sum -c --quiet SHA256SUMS.parts || fail "a kept part is corrupt in $PARTS"
 
-rm -rf wheels && mkdir wheels
-# shellcheck disable=SC2046,SC2002  # several plain part names (part-NN), concatenated
-cat $(awk '{print $2}' SHA256SUMS.parts) | tar -x -C wheels
-(cd wheels && sha256sum -c --quiet ../SHA256SUMS.wheels) || fail "a reassembled wheel is corrupt"
-echo "stage: $want parts reassembled into $(wc -l < SHA256SUMS.wheels) wheels, sha256 checked"
-
+# shellcheck disable=SC2046  # several plain part names (part-NN), concatenated
+parts=$(awk '{print $2}' SHA256SUMS.parts)
+# shellcheck disable=SC2086
+cat $parts | sha256sum -c --quiet SHA256SUMS.site || fail "the reassembled site stream is corrupt"
 start=$SECONDS
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" wheels/*.whl extra/*.whl || fail "pip install into $SITE failed"
-echo "stage: installed into $SITE in $((SECONDS - start)) s"
+rm -rf "$SITE" && mkdir -p "$SITE"
+# shellcheck disable=SC2086
+cat $parts | xz -dc -T0 | tar -x -C "$SITE" --strip-components=1 || fail "unpacking into $SITE failed"
+echo "stage: $want parts reassembled, sha256 checked, unpacked into $SITE in $((SECONDS - start)) s"
+if compgen -G "extra/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" extra/*.whl || fail "pip install of the extra wheels into $SITE failed"
+    echo "stage: extra wheels installed into $SITE"
+fi
 [ "${GPU_STAGE_UNTIL:-}" = install ] && exit 0  # a check off the device: no torch there
 
 TORCH=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')

@@ -48,6 +48,14 @@ named interface Gloo resolves the host's address and test-binds it, which failed
 a busy real-stack run here ("Cannot resolve 127.0.0.1 to a (local) address"), so that
 the replica exited during start-up."""
 
+FLASHINFER_SAMPLER_VAR = "VLLM_USE_FLASHINFER_SAMPLER"
+"""Set to 0 on ``device = "cuda"`` when the ``flashinfer`` package is not installed (unless
+``target.managed.env`` sets it). vLLM 0.26's top-k/top-p sampler asks at engine start-up
+whether FlashInfer's sampler is usable by importing vLLM's FlashInfer attention backend,
+which imports ``flashinfer``; without the package every engine core died there ("No
+module named 'flashinfer'") on an H100. With the variable at 0 the check returns before
+that import and the sampler runs on PyTorch."""
+
 CPU_BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
 """The cores a CPU replica's compute (OpenMP) threads run on; set per replica."""
 
@@ -270,7 +278,8 @@ def env_overrides(
 ) -> dict[str, str]:
     """The variables set for one process on top of sessiongen's environment.
 
-    Defaults (:data:`STACK_ENV`, plus :data:`CPU_ENV` on CPU) under ``spec.env``; each
+    Defaults (:data:`STACK_ENV`, plus :data:`CPU_ENV` on CPU, or
+    :data:`FLASHINFER_SAMPLER_VAR` on CUDA without FlashInfer) under ``spec.env``; each
     replica (``replica`` is its index, None for LMCache) gets its own share of the
     machine: on CUDA a slice of the visible GPUs, ``gpus_per_replica`` wide (the GPUs
     listed in ``CUDA_VISIBLE_DEVICES``, from ``spec.env`` or the environment, else 0, 1,
@@ -284,6 +293,8 @@ def env_overrides(
     env = dict(STACK_ENV)
     if spec.device == "cpu":
         env.update(CPU_ENV)
+    elif importlib.util.find_spec("flashinfer") is None:
+        env[FLASHINFER_SAMPLER_VAR] = "0"
     env.update(spec.env)
     if replica is None:
         return env

@@ -21,6 +21,13 @@ exactly the messages' cl100k tokens plus a fixed overhead per message.
 (16 layers, hidden 2048, grouped-query attention with 8 KV heads, about 0.93 B
 parameters), for GPUs: large enough that a 32k-token prefill takes measurable time.
 It serves in bfloat16, the dtype FlashAttention needs.
+
+``builtin:llama-8b`` (:data:`LLAMA_8B`) has Llama-3-8B's shape (32 layers, hidden 4096,
+32 query and 8 KV heads of 128, MLP 14336; about 7.4 B parameters with the tied cl100k
+embedding, 14.8 GB in bfloat16, 128 KiB of KV cache a token, so a 128k-token context
+holds 16 GiB): the regime of a production prefix, on one GPU. Its weights are drawn on
+the GPU (:attr:`Recipe.draw_device`): 7.4 B normal draws on the CPU would take minutes of
+a short GPU lease.
 """
 
 from __future__ import annotations
@@ -146,6 +153,7 @@ class Recipe:
     serve_dtype: str
     cache_dir: str  # its folder under the model cache
     eager: bool = False  # served with ``--enforce-eager`` (see :data:`SERVE_EAGER`)
+    draw_device: str = "cpu"  # where torch draws the weights ("cuda" when available)
 
 
 TINY = Recipe(
@@ -165,7 +173,25 @@ LLAMA_1B = Recipe(
     serve_dtype="bfloat16",
     cache_dir="llama-1b",
 )
-RECIPES: dict[str, Recipe] = {r.name: r for r in (TINY, LLAMA_1B)}
+LLAMA_8B_CONFIG: dict[str, Any] = {
+    **MODEL_CONFIG,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
+LLAMA_8B = Recipe(
+    name="builtin:llama-8b",
+    config=LLAMA_8B_CONFIG,
+    # the same attention-score spread again, at sixteen times the tiny model's width
+    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_8B_CONFIG["hidden_size"]) ** 0.5,
+    serve_dtype="bfloat16",
+    cache_dir="llama-8b",
+    draw_device="cuda",
+)
+RECIPES: dict[str, Recipe] = {r.name: r for r in (TINY, LLAMA_1B, LLAMA_8B)}
 """The built-in models by ``target.managed.model`` name."""
 
 TOKENIZER_CONFIG: dict[str, Any] = {
@@ -290,16 +316,25 @@ def _weights_file(recipe: Recipe) -> bytes:
             "(they come with vLLM: pip install -r requirements-real.txt)"
         ) from None
     dtype = getattr(torch, recipe.config["torch_dtype"])
-    generator = torch.Generator().manual_seed(WEIGHT_SEED)
+    device = _draw_device(torch, recipe)
+    generator = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
     tensors = {}
     for name, shape in weight_shapes(recipe).items():
         if name.endswith("norm.weight"):
             tensors[name] = torch.ones(shape, dtype=dtype)
         else:
-            draw = torch.randn(shape, generator=generator, dtype=torch.float32)
-            tensors[name] = (draw * recipe.weight_std).to(dtype)
+            draw = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
+            tensors[name] = (draw * recipe.weight_std).to(dtype).cpu()
     data: bytes = save(tensors, metadata={"format": "pt"})
     return data
+
+
+def _draw_device(torch: Any, recipe: Recipe) -> str:
+    """``recipe.draw_device`` where torch can use it, else the CPU (same seed, other numbers:
+    the model's identity hashes the written files, so the two never pass for each other)."""
+    if recipe.draw_device == "cuda" and not torch.cuda.is_available():
+        return "cpu"
+    return recipe.draw_device
 
 
 def _tokenizer_json(bpe_file: Path) -> bytes:
@@ -335,7 +370,13 @@ def _tokenizer_json(bpe_file: Path) -> bytes:
 
 def _recipe_digest(recipe: Recipe) -> str:
     """Hash of everything the written files depend on."""
-    weights = {"seed": WEIGHT_SEED, "std": recipe.weight_std, "shapes": weight_shapes(recipe)}
+    weights: dict[str, Any] = {
+        "seed": WEIGHT_SEED,
+        "std": recipe.weight_std,
+        "shapes": weight_shapes(recipe),
+    }
+    if recipe.draw_device != "cpu":  # earlier recipes' digests stay as they were
+        weights["draw_device"] = recipe.draw_device
     return _sha256(
         _dump_json(
             {

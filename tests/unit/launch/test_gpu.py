@@ -126,3 +126,45 @@ def test_identity_names_the_builtin_model(tmp_path: Path) -> None:
     stamp["model"] = "builtin:llama-1b"
     (tmp_path / tinymodel.STAMP_NAME).write_text(json.dumps(stamp))
     assert tinymodel.tiny_model_identity(tmp_path).startswith("builtin:llama-1b:")
+
+
+def test_gpu_replicas_skip_the_flashinfer_sampler_when_flashinfer_is_absent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_find = commands.importlib.util.find_spec
+
+    def find(name: str, *args: Any) -> object:
+        return None if name == "flashinfer" else real_find(name, *args)
+
+    monkeypatch.setattr(commands.importlib.util, "find_spec", find)
+    spec = gpu_spec(vllm_args=("--gpu-memory-utilization", "0.3"))
+    for replica in (None, 0, 1):
+        env = commands.env_overrides(spec, replica, base_env={"CUDA_VISIBLE_DEVICES": "0"})
+        assert env[commands.FLASHINFER_SAMPLER_VAR] == "0"
+    chosen = gpu_spec(env={commands.FLASHINFER_SAMPLER_VAR: "1"})
+    assert commands.env_overrides(chosen, None)[commands.FLASHINFER_SAMPLER_VAR] == "1"
+    cpu = commands.env_overrides(ManagedSpec(device="cpu"), 0, base_env={})
+    assert commands.FLASHINFER_SAMPLER_VAR not in cpu
+    monkeypatch.setattr(commands.importlib.util, "find_spec", lambda *a: object())
+    assert commands.FLASHINFER_SAMPLER_VAR not in commands.env_overrides(spec, None)
+
+
+def test_llama_8b_has_an_8b_class_shape_and_holds_128k_in_a_share_of_one_h100() -> None:
+    recipe = tinymodel.RECIPES["builtin:llama-8b"]
+    params = sum(math.prod(shape) for shape in tinymodel.weight_shapes(recipe).values())
+    assert 7.0e9 < params < 8.0e9
+    weights = params * 2  # bfloat16
+    kv_128k = 131072 * tinymodel.kv_bytes_per_token(recipe)
+    assert tinymodel.kv_bytes_per_token(recipe) == 128 * 1024  # Llama-3-8B's
+    # two replicas on one 80 GB card at 0.45 of it each: weights + a 128k KV cache fit
+    assert weights + kv_128k < 0.45 * 80e9
+    assert recipe.config["max_position_embeddings"] >= 131072
+    tiny = tinymodel.TINY
+    assert recipe.config["hidden_size"] * recipe.weight_std**2 == pytest.approx(
+        tiny.config["hidden_size"] * tiny.weight_std**2
+    )
+    # drawn on the GPU where there is one; the recipe digest says so
+    assert recipe.draw_device == "cuda"
+    assert tinymodel._recipe_digest(recipe) != tinymodel._recipe_digest(
+        tinymodel.Recipe(**{**recipe.__dict__, "draw_device": "cpu"})
+    )
