@@ -16,8 +16,9 @@ from numpy.typing import NDArray
 
 from sessiongen.capacity.estimate import Requests
 from sessiongen.capacity.fitted import FitError
-from sessiongen.launch.tinymodel import BUILTIN_TINY
-from sessiongen.launch.tinymodel import kv_bytes_per_token as tiny_kv_bytes_per_token
+from sessiongen.launch.tinymodel import RECIPES
+from sessiongen.launch.tinymodel import kv_bytes_per_token as recipe_kv_bytes_per_token
+from sessiongen.records.counters import local_hits
 from sessiongen.records.format import RunMeta
 from sessiongen.records.run import load_run
 
@@ -69,7 +70,7 @@ def observations(run_dirs: Sequence[str | Path]) -> Observation:
         frames.append(
             rows.select(
                 pl.col("prompt_tokens").cast(pl.Float64).alias("n"),
-                pl.col("local_hit_tokens").cast(pl.Float64).alias("local"),
+                _mended_local().cast(pl.Float64).alias("local"),
                 pl.col("external_hit_tokens").cast(pl.Float64).alias("pool"),
                 "ttft_s",
                 pl.when(tokens >= 3).then(gaps).otherwise(None).alias("tpot_s"),
@@ -159,7 +160,7 @@ def stores(f: pl.DataFrame) -> NDArray[np.float64]:
 
 def hardware(metas: Sequence[RunMeta]) -> str:
     """What the runs ran on, one line: the client host's facts (CPU model where the
-    manifest has it, cores, architecture, platform), the target's kind and device, the
+    manifest has it, cores, architecture, platform, GPUs), the target's kind and device, the
     serving stack's versions; runs that differ are joined with `` | ``."""
     lines: list[str] = []
     for meta in metas:
@@ -169,6 +170,7 @@ def hardware(metas: Sequence[RunMeta]) -> str:
         if host.get("cpu_count"):
             facts.append(f"{host['cpu_count']} cores")
         facts += [str(host[k]) for k in ("machine", "platform") if host.get(k)]
+        facts += [f"GPU {gpu}" for gpu in host.get("gpus") or ()]
         target = f"target {meta.target_kind}"
         device = (meta.target.get("spec") or {}).get("device")
         if device:
@@ -209,6 +211,14 @@ def kv_bytes_from(meta: RunMeta) -> int | None:
     if "kv_bytes_per_token" in profile:
         return int(profile["kv_bytes_per_token"])
     spec = meta.target.get("spec") or {}
-    if spec.get("model") == BUILTIN_TINY:
-        return tiny_kv_bytes_per_token()
-    return None
+    recipe = RECIPES.get(str(spec.get("model")))
+    return None if recipe is None else recipe_kv_bytes_per_token(recipe)
+
+
+def _mended_local() -> pl.Expr:
+    """``local_hit_tokens`` as :func:`~sessiongen.records.counters.local_hits` mends it:
+    records written before the replay applied it keep the counter's over-count."""
+    return pl.struct("local_hit_tokens", "external_hit_tokens", "cached_tokens").map_elements(
+        lambda r: local_hits(r["local_hit_tokens"], r["external_hit_tokens"], r["cached_tokens"]),
+        return_dtype=pl.Int64,
+    )

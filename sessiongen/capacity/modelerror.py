@@ -165,6 +165,25 @@ def _regime(closed: bool) -> pl.Expr:
     return pl.when(pl.lit(closed) & one).then(pl.lit(REGIMES[0])).otherwise(pl.lit(REGIMES[1]))
 
 
+def heldout_table(
+    profile_file: Path, run_dir: str | Path, work: Path, *, replicates: int = HELDOUT_REPLICATES
+) -> pl.DataFrame:
+    """One held-out run (both cache arms) against its own scenario planned with the
+    profile on the run's pair structure: :func:`sessiongen.capacity.heldout.compare`'s
+    table, with each cell's measured arm stability (``stable_off``, ``stable_on``)."""
+    run = load_run(run_dir)
+    if {"off", "on"} - set(run.ok["cache"].unique().to_list()):
+        raise UserError(
+            f"{run_dir}: --heldout: a held-out run must hold both cache arms "
+            "(merge single-arm runs with `sessiongen merge`)"
+        )
+    measured = heldout.measured_decision(run, DEFAULT_PAYS_AT)
+    planned = _plan_rows(run, profile_file, work, replicates)
+    table = heldout.compare(planned, measured)
+    stable = measured.select(*ARM, "stable_off", "stable_on")
+    return table.join(stable, on=ARM, how="left", nulls_equal=True)
+
+
 def heldout_cells(
     profile_file: Path,
     run_dirs: Sequence[str | Path],
@@ -178,17 +197,8 @@ def heldout_cells(
     frames = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, run_dir in enumerate(run_dirs):
+            table = heldout_table(profile_file, run_dir, Path(tmp) / str(i), replicates=replicates)
             run = load_run(run_dir)
-            if {"off", "on"} - set(run.ok["cache"].unique().to_list()):
-                raise UserError(
-                    f"{run_dir}: --heldout: a held-out run must hold both cache arms "
-                    "(merge single-arm runs with `sessiongen merge`)"
-                )
-            measured = heldout.measured_decision(run, DEFAULT_PAYS_AT)
-            planned = _plan_rows(run, profile_file, Path(tmp) / str(i), replicates)
-            table = heldout.compare(planned, measured)
-            stable = measured.select(*ARM, "stable_off", "stable_on")
-            table = table.join(stable, on=ARM, how="left", nulls_equal=True)
             load = run.meta.scenario.get("load") or {}
             closed = load.get("arrival", "closed") == "closed"
             frames.append(

@@ -17,3 +17,21 @@ WAITING = "vllm:num_requests_waiting"
 
 #: Counters kept in snapshots (others are ignored to keep metrics.parquet small).
 TRACKED = (LOCAL_HITS, LOCAL_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, RUNNING, WAITING)
+
+
+def local_hits(local: int | None, external: int | None, cached: int | None) -> int | None:
+    """A request's local prefix-cache hit tokens from its counter delta ``local``, mended
+    where the counter over-counted.
+
+    vLLM 0.26 on CUDA with the LMCache connector counts a request's local prefix-cache
+    lookup once per scheduling attempt while the connector's asynchronous lookup is
+    pending, so the delta of :data:`LOCAL_HITS` ran to 4-5 times the prompt on an H100
+    (524,288 local hit tokens for a 131,111-token prompt, whose usage said 131,072
+    cached and whose connector counter said 0 external). The usage's ``cached_tokens``
+    counts the local and the connector-loaded tokens once each; where the counters' sum
+    exceeds it, the local share is ``cached - external``. Where it does not (every CPU
+    run, every pool-off replica), the counter stands as measured.
+    """
+    if local is None or cached is None or local + (external or 0) <= cached:
+        return local
+    return max(0, cached - (external or 0))

@@ -324,6 +324,7 @@ class HostFacts(TypedDict):
     python: str
     cpu_count: int | None
     machine: str
+    gpus: NotRequired[list[str]]  # "name, memory, driver" per GPU, where nvidia-smi answers
 
 
 class TargetInfo(TypedDict, total=False):

@@ -102,14 +102,35 @@ def git_sha() -> str | None:
 
 
 def host_facts() -> HostFacts:
-    """Facts about the client host worth keeping beside measurements."""
-    return {
+    """Facts about the client host worth keeping beside measurements (its GPUs where
+    ``nvidia-smi`` answers: the replicas a managed target starts run on them)."""
+    facts: HostFacts = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
     }
+    gpus = _gpus()
+    if gpus:
+        facts["gpus"] = gpus
+    return facts
+
+
+def _gpus() -> list[str]:
+    """One "name, memory, driver" line per NVIDIA GPU, none without ``nvidia-smi``."""
+    query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", *query], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return (
+        [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        if not out.returncode
+        else []
+    )
 
 
 def tool_identity() -> ToolIdentity:

@@ -25,6 +25,7 @@ from sessiongen.design import load
 from sessiongen.design.blocks import BlockPlan
 from sessiongen.experiment.facts import TurnFacts
 from sessiongen.experiment.script import BlockScript, Send
+from sessiongen.records.counters import local_hits
 from sessiongen.records.format import RequestRecord
 from sessiongen.replay import modeled, routing
 from sessiongen.replay.modeled import ModeledClock
@@ -154,7 +155,7 @@ def _hits(
     local = counters.delta(before, after, counters.LOCAL_HITS)
     external = counters.delta(before, after, counters.EXTERNAL_HITS)
     if local is not None or external is not None:
-        return local, external, "counters"
+        return local_hits(local, external, res.cached_tokens), external, "counters"
     sim = res.server_facts("sim")
     sim_local, sim_pool = sim.get("local_hit_tokens"), sim.get("pool_hit_tokens")
     if isinstance(sim_local, int) and isinstance(sim_pool, int):
