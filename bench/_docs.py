@@ -29,6 +29,7 @@ def record(
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    command = shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    script = Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix()
+    command = shlex.join(["python", script, *sys.argv[1:]])
     path = module.write(name, command=command, figures=figures)
     print(f"figures written to {path.relative_to(ROOT)}")

@@ -19,6 +19,12 @@
 #   study8b  the same model, scenarios/alt32k.toml's six-turn study (alternate and fixed),
 #            OFF then ON: the study's curves, and cells the fit never saw
 #   study1b  builtin:llama-1b, alt32k alternate only, OFF then ON (the prepared first run)
+#   chunk1b  study1b with LMCache chunks of 16 tokens, vLLM's block: a turn whose own prefix
+#            cache ends inside a 256-token chunk (alternate turns 3-6) no longer starts its
+#            pool load mid-chunk. On 2026-12-07 those turns, and only those, answered
+#            differently from the pool-off arm (bench/gpu/equivalence.py); equal answers
+#            here point at the mid-chunk load
+#   noshim1b study1b with LMCache on its torch ops (no c10 shim, no compiled cuda_ops)
 #
 # Knobs (environment): GPU_STEPS, GPU_SESSIONS (study8b sessions an arm, 4), GPU_WAIT_S
 # (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more arguments for every replay, one a
@@ -77,6 +83,13 @@ step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in mode
     study1b)
         MODEL=llama-1b
         mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=5
+            --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
+    chunk1b)
+        step_args study1b && ARGS+=(--set target.managed.chunk_size=16) ;;
+    noshim1b)
+        step_args study1b
+        mapfile -t sets < <(SITE=/nonexistent pair_sets "$MODEL")
         ARGS=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=5
             --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
     *) echo "run: unknown step $1" >&2; return 2 ;;

@@ -58,6 +58,11 @@ ALLOWED = (
     Allowed(EVERY_PAGE, "95%", "the confidence level of every interval the tool prints"),
     Allowed("getting-started.md", "Python 3.11+", "pyproject's requires-python, checked below"),
     Allowed("guides/fit.md", "/ 3.92", "arithmetic: a 95% interval spans 2 x 1.96 SE"),
+    Allowed(
+        "guides/gpus.md",
+        "context in 16 GiB",
+        "arithmetic: 131,072 tokens x 128 KiB, the model's KV size (tests/unit/launch/test_gpu.py)",
+    ),
     Allowed("guides/fit.md", "0 to 2x", "the loaded fit's candidate grid, checked below"),
     Allowed("guides/plan-fleet.md", "(default 1.1)", "the --pays-at default, checked below"),
     Allowed(
