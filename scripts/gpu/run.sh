@@ -26,7 +26,8 @@
 #            here point at the mid-chunk load
 #   noshim1b study1b with LMCache on its torch ops (no c10 shim, no compiled cuda_ops)
 #
-# Knobs (environment): GPU_STEPS, GPU_SESSIONS (study8b sessions an arm, 4), GPU_WAIT_S
+# Knobs (environment): GPU_STEPS, GPU_SESSIONS (study8b sessions an arm, 4), GPU_SESSIONS_1B
+# (the 1B steps', 5), GPU_WAIT_S
 # (how long `wait` waits), GPU_EXTRA_ARGS_FILE (more arguments for every replay, one a
 # line), GPU_SITE, GPU_WORK, PYTHON.
 set -uo pipefail
@@ -83,14 +84,14 @@ step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in mode
     study1b)
         MODEL=llama-1b
         mapfile -t sets < <(pair_sets "$MODEL")
-        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=5
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS_1B:-5}"
             --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
     chunk1b)
         step_args study1b && ARGS+=(--set target.managed.chunk_size=16) ;;
     noshim1b)
         step_args study1b
         mapfile -t sets < <(SITE=/nonexistent pair_sets "$MODEL")
-        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set sessions.count=5
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS_1B:-5}"
             --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
     *) echo "run: unknown step $1" >&2; return 2 ;;
     esac
