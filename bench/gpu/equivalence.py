@@ -11,7 +11,10 @@ counters' as :func:`sessiongen.records.counters.local_hits` mends them. Per clas
 prints the pairs, how many answers differ (token ids, the output digest) and the
 first-token logprob difference in units of bfloat16's resolution at the logprob's
 magnitude (2**(floor(log2|lp|) - 7): 0.03125 for a logprob of -4 to -8), its median and
-largest. Prints, asserts nothing.
+largest. Where a run holds both placements' pool-off arms it also prints how often those
+differ on later turns: the same prompt prefilled in one piece (alternate) or after its own
+prefix cache (fixed), no pool on either side, so what bfloat16 rounding alone does when a
+prompt's prefill is split differently. Prints, asserts nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +66,27 @@ def pairs(requests: Path) -> pl.DataFrame:
     )
 
 
+def split_null(requests: Path) -> pl.DataFrame | None:
+    """Pool-off answers of one prompt under the two placements (no pool on either side):
+    alternate placement recomputes every turn in one prefill, fixed placement prefills
+    only the new tokens after its own prefix cache. Per turn > 1: pairs, and how many
+    differ; None when the run lacks either placement's pool-off arm."""
+    df = pl.read_parquet(requests).filter(
+        ~pl.col("warmup"), pl.col("status") == "ok", pl.col("cache") == "off"
+    )
+    if not {"alternate", "fixed"} <= set(df["placement"].unique().to_list()):
+        return None
+    keys = ["session_index", "context_tokens", "turn"]
+    sides = [
+        df.filter(pl.col("placement") == p).select(*keys, pl.col("output_digest").alias(p))
+        for p in ("alternate", "fixed")
+    ]
+    joined = sides[0].join(sides[1], on=keys).filter(pl.col("turn") > 1)
+    return joined.select(
+        pl.len().alias("pairs"), (pl.col("alternate") != pl.col("fixed")).sum().alias("differ")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-folder", type=Path, default=ROOT / "bench/gpu/2026-12-07")
@@ -82,6 +106,10 @@ def main() -> None:
         with pl.Config(tbl_rows=-1, tbl_width_chars=160, float_precision=2):
             print(run.name)
             print(table)
+            null = split_null(run / "requests.parquet")
+            if null is not None:
+                print("pool off, alternate against fixed placement (turns after the first):")
+                print(null)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ Reads what `scripts/gpu/collect.sh` brought back and what `bench/gpu/heldout.py`
 `bench/gpu/equivalence.py` derive from it (run heldout.py first: it writes heldout.csv):
 the GPU (facts.txt), the 8B model's size, the median cross-replica TTFT of the probe
 chains at each context with the pool off and on (turn 4, moved to the other replica),
-the six-turn study's first cross-replica turn (turn 2) and session gains, the fit's worst
-cold and pool residual, the held-out cells planned against measured, and the
-equivalence pairs by how the prefix was served. Prints them; with the documented
+the six-turn study's first cross-replica turn (turn 2), the held-out cells planned against
+measured, the equivalence pairs by how the prefix was served, the pool-off arm's own
+answers across placements, and (from the folder's ``-chunk16`` sibling, the rerun with
+16-token LMCache chunks) its pairs. Prints them; with the documented
 settings (the default folder) writes them for the docs.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from equivalence import pairs
+from equivalence import pairs, split_null
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -88,6 +89,18 @@ def figures(folder: Path) -> dict[str, Any]:
             key = f"equivalence.{scen}_{name}.{row['prefix'].replace('+', '_')}"
             out[f"{key}.pairs"], out[f"{key}.differ"] = row["pairs"], row["differ"]
             out[f"{key}.ulps_max"] = round(row["ulps_max"], 1)
+    null = split_null(study / "requests.parquet")
+    assert null is not None
+    out["split_null.pairs"], out["split_null.differ"] = null.row(0)
+    chunk16 = folder.parent / f"{folder.name}-chunk16"
+    if chunk16.is_dir():
+        run = run_named(chunk16, "alt32k", "builtin:llama-1b")
+        table = pairs(run / "requests.parquet").group_by("prefix").agg(
+            pl.len().alias("pairs"), pl.col("differs").sum().alias("differ")
+        )  # fmt: skip
+        for row in table.iter_rows(named=True):
+            key = f"chunk16.{row['prefix'].replace('+', '_')}"
+            out[f"{key}.pairs"], out[f"{key}.differ"] = row["pairs"], row["differ"]
     return out
 
 
