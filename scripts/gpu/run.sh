@@ -25,6 +25,8 @@
 #            differently from the pool-off arm (bench/gpu/equivalence.py); equal answers
 #            here point at the mid-chunk load
 #   noshim1b study1b with LMCache on its torch ops (no c10 shim, no compiled cuda_ops)
+#   xreplica27b, study27b  two GPUs (a replica each) of builtin:llama-27b: the seed's own
+#            setup (GPU_256K=1 adds the 256k probe where the card holds it)
 #
 # Knobs (environment): GPU_STEPS, GPU_SESSIONS (study8b sessions an arm, 4), GPU_SESSIONS_1B
 # (the 1B steps', 5), GPU_WAIT_S
@@ -54,9 +56,30 @@ pair_sets() {
     case $model in
     llama-1b) util=0.3 kv=9663676416 pool=20 len=262144 ;;
     llama-8b) util=0.45 kv=19327352832 pool=40 len=139264 ;;
+    llama-27b) util=0.95 pool=${GPU_POOL_GB:-200} len=264192 ;;  # one replica per GPU
     esac
     preload=$(cat "$SITE/lmcache-preload" 2>/dev/null)
     env="CUDA_VISIBLE_DEVICES = \"0\"${preload:+, LD_PRELOAD = \"$preload\"}"
+    if [ "$model" = llama-27b ]; then
+        # two GPUs, a replica each: bfloat16 where the card holds 47 GiB of weights and a
+        # 256k KV cache (H200), FP8 weights and 128k on an 80 GB card
+        # (sessiongen/launch/memplan.py; tests/unit/launch/test_memplan.py)
+        env="CUDA_VISIBLE_DEVICES = \"0,1\"${preload:+, LD_PRELOAD = \"$preload\"}"
+        if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null)" -gt 100000 ] 2>/dev/null; then
+            quant='' len=264192 kv=68719476736
+        else
+            quant='"--quantization","fp8",' len=139264 kv=34359738368
+        fi
+        printf '%s\n' --set target.kind=managed --set target.managed.device=cuda \
+            --set target.managed.model=builtin:llama-27b --set model.name=llama-27b \
+            --set sessions.probe=equivalence --set design.restart_between_blocks=false \
+            --set target.managed.gpus_per_replica=1 \
+            --set "target.managed.pool_size_gb=$pool" --set "target.managed.max_model_len=$len" \
+            --set driver.request_timeout_s=900 --set "target.managed.env={$env}" \
+            --set "target.managed.vllm_args=[\"--enforce-eager\",${quant}\"--gpu-memory-utilization\",\"$util\",\"--kv-cache-memory-bytes\",\"$kv\"]"
+        if [ -n "${GPU_EXTRA_ARGS_FILE:-}" ]; then cat "$GPU_EXTRA_ARGS_FILE"; fi
+        return
+    fi
     printf '%s\n' --set target.kind=managed --set target.managed.device=cuda \
         --set "target.managed.model=builtin:$model" --set "model.name=$model" \
         --set sessions.probe=equivalence --set design.restart_between_blocks=false \
@@ -86,6 +109,16 @@ step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in mode
         mapfile -t sets < <(pair_sets "$MODEL")
         ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS_1B:-5}"
             --set 'placement.policies=["alternate"]' --set 'design.blocks=["off","on"]') ;;
+    xreplica27b)  # two GPUs: the seed's cross-replica probe at 128k (and 256k on H200s)
+        MODEL=llama-27b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/xreplica.toml "${sets[@]}" --set sessions.count=2
+            --set "sessions.initial_context_tokens=[32768, 131072${GPU_256K:+, 258048}]") ;;
+    study27b)  # two GPUs: the six-turn study at 32k and 128k, OFF-ON-ON-OFF
+        MODEL=llama-27b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-4}"
+            --set "sessions.initial_context_tokens=[32768, 131072]") ;;
     chunk1b)
         step_args study1b && ARGS+=(--set target.managed.chunk_size=16) ;;
     noshim1b)
@@ -106,7 +139,7 @@ facts() {
 import json, math
 from sessiongen.launch import commands, tinymodel
 models = {}
-for r in (tinymodel.LLAMA_1B, tinymodel.LLAMA_8B):
+for r in (tinymodel.LLAMA_1B, tinymodel.LLAMA_8B, tinymodel.LLAMA_27B):
     params = sum(math.prod(s) for s in tinymodel.weight_shapes(r).values())
     models[r.name] = {"parameters": params, "kv_bytes_per_token": tinymodel.kv_bytes_per_token(r),
                       "weight_std": r.weight_std, "config": r.config}

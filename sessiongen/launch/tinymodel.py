@@ -28,6 +28,13 @@ embedding, 14.8 GB in bfloat16, 128 KiB of KV cache a token, so a 128k-token con
 holds 16 GiB): the regime of a production prefix, on one GPU. Its weights are drawn on
 the GPU (:attr:`Recipe.draw_device`): 7.4 B normal draws on the CPU would take minutes of
 a short GPU lease.
+
+``builtin:llama-27b`` (:data:`LLAMA_27B`) has Gemma 3 27B's widths (62 layers, hidden
+5376, 32 query heads of 128, MLP 21504) in Llama's architecture, with 8 KV heads: about
+26 B parameters, 248 KiB of KV cache a token. Gemma 3 keeps most layers' KV to a
+1,024-token window, which vLLM's Llama does not, so its 16 KV heads would need 62 GiB
+for a 128k context; 8 keep a 128k context in 31 GiB, the seed's regime on one card
+(:mod:`sessiongen.launch.memplan` checks what fits where).
 """
 
 from __future__ import annotations
@@ -191,7 +198,24 @@ LLAMA_8B = Recipe(
     cache_dir="llama-8b",
     draw_device="cuda",
 )
-RECIPES: dict[str, Recipe] = {r.name: r for r in (TINY, LLAMA_1B, LLAMA_8B)}
+LLAMA_27B_CONFIG: dict[str, Any] = {
+    **MODEL_CONFIG,
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
+LLAMA_27B = Recipe(
+    name="builtin:llama-27b",
+    config=LLAMA_27B_CONFIG,
+    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_27B_CONFIG["hidden_size"]) ** 0.5,
+    serve_dtype="bfloat16",
+    cache_dir="llama-27b",
+    draw_device="cuda",
+)
+RECIPES: dict[str, Recipe] = {r.name: r for r in (TINY, LLAMA_1B, LLAMA_8B, LLAMA_27B)}
 """The built-in models by ``target.managed.model`` name."""
 
 TOKENIZER_CONFIG: dict[str, Any] = {
