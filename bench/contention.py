@@ -1,4 +1,4 @@
-"""Do two real CPU replicas slow each other down? A cold prefill alone against one beside the other's.
+"""Do two real CPU replicas slow each other down? A cold prefill alone, and beside the other.
 
     .venv/bin/python bench/contention.py [--tokens 12000] [--repeats 6] [--out DIR]
 
@@ -83,7 +83,7 @@ class Bench:
             shared = self.prompt(self.tokens)
             await self.complete(http, 0, shared)  # A prefills and stores it in the pool
             a, _ = await asyncio.gather(
-                self.complete(http, 0, mine), self.complete(http, 1, shared + [7, 8, 9])
+                self.complete(http, 0, mine), self.complete(http, 1, [*shared, 7, 8, 9])
             )
             return a
         raise ValueError(name)
@@ -100,11 +100,14 @@ class Bench:
         return times
 
 
-def measure(cache_on: bool, tokens: int, repeats: int, seed: int, logs: Path) -> dict[str, list[float]]:
+def measure(
+    cache_on: bool, tokens: int, repeats: int, seed: int, logs: Path
+) -> dict[str, list[float]]:
     sc = scenario.load(DECISION)
     pair = ManagedPair(sc.target.managed, sc.model.name, cache_on, logs)
     with pair:
-        print(f"pair cache {'on' if cache_on else 'off'}: ready in {pair.ready_s:.0f} s", flush=True)
+        arm = "on" if cache_on else "off"
+        print(f"pair cache {arm}: ready in {pair.ready_s:.0f} s", flush=True)
         bench = Bench(pair, sc.model.name, tokens, np.random.default_rng(seed))
         conditions = CONDITIONS_ON if cache_on else CONDITIONS_OFF
         return asyncio.run(bench.run(conditions, repeats))
