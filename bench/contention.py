@@ -51,7 +51,7 @@ class Bench:
         self.urls, self.model, self.tokens, self.rng = pair.urls, model, tokens, rng
 
     def prompt(self, n: int) -> list[int]:
-        return self.rng.integers(1_000, 90_000, size=n).tolist()
+        return [int(t) for t in self.rng.integers(1_000, 90_000, size=n)]
 
     async def complete(
         self, http: aiohttp.ClientSession, replica: int, prompt: list[int], out: int = 1
