@@ -40,6 +40,7 @@ target is not simulated never gets this table, whatever its records hold.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import polars as pl
 
@@ -177,6 +178,41 @@ def common_prefix_blocks(run: Run) -> int:
     return int(median) if isinstance(median, int | float) else 0
 
 
+def ran_alone(everything: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
+    """For each of ``rows``: whether it waited for its first token with no other request
+    of ``everything`` in flight on its replica in its block (no earlier request still
+    running when it was sent, none sent before its first token). Measured from the
+    records' send times, TTFTs and end-to-end times, so it holds for any arrivals."""
+    keys = ["block", "replica"]
+    start, first = pl.col("send_s"), pl.col("send_s") + pl.col("ttft_s").fill_null(0.0)
+    end = pl.col("send_s") + pl.col("e2e_s").fill_null(pl.col("ttft_s")).fill_null(0.0)
+    timed = everything.with_row_index("_row").filter(pl.col("send_s").is_not_null())
+    ordered = timed.sort([*keys, "send_s"]).with_columns(
+        _before=end.cum_max().shift(1).over(keys),
+        _next=start.shift(-1).over(keys),
+    )
+    alone = ordered.select(
+        "_row",
+        (
+            (pl.col("_before").fill_null(-math.inf) <= start)
+            & (pl.col("_next").fill_null(math.inf) >= first)
+        ).alias("_alone"),
+    )
+    marked = everything.with_row_index("_row").join(alone, on="_row", how="left")
+    ids = rows.select(CELL_KEYS_ALONE).with_row_index("_pos")
+    found = ids.join(
+        marked.select(*CELL_KEYS_ALONE, "_alone"),
+        on=list(CELL_KEYS_ALONE),
+        how="left",
+        nulls_equal=True,
+    ).sort("_pos")
+    return found["_alone"].fill_null(False)
+
+
+#: What names one request across frames of the same run (for :func:`ran_alone`).
+CELL_KEYS_ALONE = ("block", "session_id", "turn", "replica")
+
+
 def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.DataFrame:
     """Cold first turns, OFF against ON, per placement and context size.
 
@@ -196,11 +232,20 @@ def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.
     turn to compare on every trace with a system prompt.
 
     On a simulated target whose cold turns all carry the simulator's own TTFT
-    (``server_ttft_s``), the arms are compared on that: the simulator's engine is the
+    (``server_ttft_s``, less its queue wait ``server_queue_s`` where recorded), the arms
+    are compared on that: the simulator's engine is the
     same code in both arms, and what the client adds on a busy machine is measurement
     error, reported per cell (:func:`measurement_error`), not a difference between the
     arms. On the shipped chat trace at time scale 0.02 on 2 busy cores, the client's
     medians read ON 2.3x slower on cold turns where the simulator's were equal.
+
+    Under open-loop arrivals (a trace's timestamps, Poisson, gamma) only first turns that
+    ran alone on their replica are compared (:func:`ran_alone`): one sent into a queue
+    waited as long as that arm's queue, which the pool shortens, so the difference
+    would be the cache's own (a trace's OFF arm at 63 s against 2.6 s with the pool, its
+    queue growing). Where none ran alone the arms are not compared (``queued``). A
+    closed loop bounds each arm's queue by the same sessions in flight, and its cold
+    turns are compared as they came.
 
     ``checked``: the pair of arms has at least :data:`~.stats.MIN_SESSIONS` units; only
     then is it compared. Below that the interval is too narrow to mean what it says (at
@@ -214,16 +259,28 @@ def cold_turn_asymmetry(run: Run, *, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pl.
     if run.trace:
         cold = cold & (pl.col("trace_shared_blocks").fill_null(0) <= common_prefix_blocks(run))
     rows = run.filter(cold)
-    server = rows.ok["server_ttft_s"]
+    ok = rows.ok
+    server, waited = ok["server_ttft_s"], ok["server_queue_s"]
     if run.simulated and server.len() and server.null_count() == 0:
-        modeled = pl.when(pl.col("ttft_s").is_not_null()).then(pl.col("server_ttft_s"))
+        modeled = pl.col("server_ttft_s")
+        if waited.null_count() == 0:  # the engine's own service, its queue wait taken out
+            modeled = modeled - pl.col("server_queue_s")
+        modeled = pl.when(pl.col("ttft_s").is_not_null()).then(modeled)
         rows = dataclasses.replace(rows, requests=rows.requests.with_columns(ttft_s=modeled))
+        queued = False
+    elif run.trace or (run.meta.scenario.get("load") or {}).get("arrival", "closed") != "closed":
+        lone = ran_alone(run.requests, rows.requests)  # open-loop: the records tell
+        alone = dataclasses.replace(rows, requests=rows.requests.filter(lone))
+        queued = alone.ok.is_empty() and not rows.ok.is_empty()
+        rows = rows if queued else alone
+    else:
+        queued = False
     first = speedup_table(rows, boot=boot).drop("turn")
     ratio = pl.col("speedup")
     outside = (pl.col("speedup_ci_low") > 1.0) | (pl.col("speedup_ci_high") < 1.0)
     beyond = (ratio > 1.0 + COLD_TOLERANCE) | (ratio < 1.0 / (1.0 + STORE_COST_TOLERANCE))
-    checked = pl.col("n_units") >= MIN_SESSIONS
-    return first.with_columns(checked=checked).with_columns(
+    checked = (pl.col("n_units") >= MIN_SESSIONS) & pl.lit(not queued)
+    return first.with_columns(checked=checked, queued=pl.lit(queued)).with_columns(
         flagged=(outside & beyond & checked).fill_null(False)
     )
 
@@ -234,6 +291,14 @@ def cold_check_limit(cold: pl.DataFrame) -> str | None:
     unchecked = cold.filter(~pl.col("checked"))
     if unchecked.is_empty():
         return None
+    if "queued" in unchecked.columns and unchecked["queued"].any():
+        return (
+            f"Cold first turns not compared between the arms in {unchecked.height} of "
+            f"{cold.height} placements: every one waited behind other requests (the load "
+            "ran more than one session at a time), and the pool changes how long the "
+            "queue is, so their times differ by the cache's own effect. Only requests "
+            "that ran alone tell the arms' processes apart."
+        )
     fewest = min(int(n) for n in unchecked["n_units"].to_list())
     return (
         f"Cold first turns not compared between the arms in {unchecked.height} of "

@@ -20,7 +20,7 @@ from sessiongen.launch.tinymodel import RECIPES
 from sessiongen.launch.tinymodel import kv_bytes_per_token as recipe_kv_bytes_per_token
 from sessiongen.records.counters import local_hits
 from sessiongen.records.format import RunMeta
-from sessiongen.records.run import load_run
+from sessiongen.records.run import load_run, one_in_flight
 
 #: Most knots of the local-hit overhead (besides 0).
 MOST_KNOTS = 6
@@ -45,13 +45,7 @@ def _alone(meta: RunMeta) -> pl.Expr:
     counters at concurrency 1 (null: older runs' counter deltas), or the planner's own
     account with one closed-loop session in flight."""
     counted = pl.col("hit_source").is_null() | (pl.col("hit_source") == "counters")
-    load = meta.scenario.get("load") or {}
-    driver = meta.scenario.get("driver") or {}
-    closed = load.get("arrival", "closed") == "closed"
-    one = pl.col("load_level") == 1 if closed else pl.lit(False)
-    if closed and driver.get("concurrency") == 1:
-        one = one | pl.col("load_level").is_null()
-    return counted | ((pl.col("hit_source") == "planner") & one)
+    return counted | ((pl.col("hit_source") == "planner") & one_in_flight(meta))
 
 
 def observations(run_dirs: Sequence[str | Path]) -> Observation:

@@ -122,6 +122,21 @@ class Run:
         return replace(self, requests=self.requests.with_columns(named.alias("placement")))
 
 
+def one_in_flight(meta: RunMeta) -> pl.Expr:
+    """Rows sent while no other session was in flight, so that their times hold no wait
+    behind another request: closed-loop arrivals at one session (load level 1, or no
+    level with the driver's concurrency 1). Open-loop arrivals (Poisson, gamma, a
+    trace's timestamps) are never alone by design."""
+    load = meta.scenario.get("load") or {}
+    driver = meta.scenario.get("driver") or {}
+    if load.get("arrival", "closed") != "closed" or meta.trace:
+        return pl.lit(False)
+    one = pl.col("load_level") == 1
+    if driver.get("concurrency", 1) == 1:  # the schema's default where a manifest omits it
+        one = one | pl.col("load_level").is_null()
+    return one.fill_null(False)
+
+
 def load_run(run_dir: str | Path) -> Run:
     """Read a run folder: manifest, requests (warm-up dropped, modeled seconds), metrics."""
     path = Path(run_dir)

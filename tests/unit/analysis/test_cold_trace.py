@@ -20,7 +20,7 @@ from tests.support.synthetic import SyntheticSpec, write_run
 SYSTEM_BLOCKS = 2
 
 
-def trace_run(tmp_path: Path, *, document: int = 0) -> Path:
+def trace_run(tmp_path: Path, *, document: int = 0, sequential: bool = True) -> Path:
     """Eight sessions as a trace with a 2-block system prompt: session 0's first turn
     shares nothing, the others' share the prompt, the first ``document`` sessions after
     session 0 also a 6-block document; later turns share their session's prefix."""
@@ -35,7 +35,10 @@ def trace_run(tmp_path: Path, *, document: int = 0) -> Path:
     )
     shared = pl.when(turn == 1).then(first).otherwise(SYSTEM_BLOCKS + 4 * turn)
     rows = pl.read_parquet(path)
-    rows.with_columns(trace_shared_blocks=shared.cast(pl.Int32)).write_parquet(path)
+    rows = rows.with_columns(trace_shared_blocks=shared.cast(pl.Int32))
+    if sequential:  # each request sent after the one before it ended: none queued
+        rows = rows.with_columns(send_s=(pl.col("e2e_s").cum_sum() - pl.col("e2e_s")))
+    rows.write_parquet(path)
     return run_dir
 
 
@@ -77,3 +80,36 @@ def test_a_simulator_judges_cold_turns_on_its_own_ttft(tmp_path: Path) -> None:
     assert analysis.cold_turn_asymmetry(modeled)["flagged"].to_list() == [False]
     assert not any("cold first turns" in w for w in analysis.trust_warnings(modeled))
     assert any("measurement error" in w for w in analysis.trust_warnings(modeled))
+
+
+def test_first_turns_that_queued_are_not_compared(tmp_path: Path) -> None:
+    """Open-loop arrivals: a first turn sent while another request ran on its replica
+    waited as long as that arm's queue, which the pool shortens; the arms' cold turns
+    then differ by the cache's own effect and are not compared."""
+    run = analysis.load_run(trace_run(tmp_path, sequential=False))  # the spec's overlaps
+    cold = analysis.cold_turn_asymmetry(run)
+    assert cold["queued"].to_list() == [True] and cold["checked"].to_list() == [False]
+    assert cold["flagged"].to_list() == [False]
+    assert "waited behind other requests" in (cold_check_limit(cold) or "")
+
+
+def test_ran_alone_reads_overlap_per_replica_and_block() -> None:
+    from sessiongen.analysis.fidelity import ran_alone
+
+    rows = pl.DataFrame(
+        {
+            "block": [0, 0, 0, 0, 1],
+            "replica": [0, 0, 0, 1, 0],
+            "session_id": ["a", "b", "c", "d", "e"],
+            "turn": [1, 1, 1, 1, 1],
+            "send_s": [0.0, 3.0, 0.5, 0.5, 0.5],
+            "ttft_s": [1.0, 1.0, 0.2, 1.0, 1.0],
+            "e2e_s": [2.0, 1.5, 0.3, 2.0, 2.0],
+        }
+    )
+    # a and c overlap on replica 0; b comes after both ended; d is on replica 1; e in
+    # another block
+    assert ran_alone(rows, rows).to_list() == [False, True, False, True, True]
+    # b sent after a's first token, before a ended: a had its first token alone, b did not
+    later = rows.with_columns(send_s=pl.Series([0.0, 1.5, 9.0, 9.0, 9.0]))
+    assert ran_alone(later, later.head(2)).to_list() == [True, False]
