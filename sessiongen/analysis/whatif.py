@@ -174,6 +174,11 @@ def describe_columns(
             "request gain: median end-to-end time of a request OFF / ON (every session of "
             "this trace is one request, so it includes the request's decode time)"
         )
+    if trace:  # what the interval resampled: blocks of consecutive requests in time
+        meanings["sessions"] = (
+            "time blocks (runs of consecutive requests) the gain's interval resamples "
+            "(replicates x blocks)"
+        )
     return [
         (c, "varied: this configuration's value" if c in varied else meanings[c]) for c in columns
     ]

@@ -116,8 +116,6 @@ def table(d: Decision) -> pl.DataFrame:
     frame = frame.insert_column(at, pl.Series(PER_TURN, per_turn, dtype=pl.String))
     if d.gain != "session gain":
         frame = frame.rename({"session gain [95% CI]": f"{d.gain} [95% CI]"})
-    if d.unit != "session":  # what the interval resampled: a trace's blocks of time
-        frame = frame.rename({"sessions": f"{d.unit}s"})
     if d.trace:  # no level nor initial context: each request has its own
         return frame.drop("load_level", "context_tokens")
     if frame["load_level"].n_unique() <= 1:  # one level: the scenario's, said elsewhere

@@ -111,10 +111,17 @@ def decision_table(whatif: pl.DataFrame, varies: Sequence[Vary]) -> pl.DataFrame
                     r[f"good_turns_{arm}"], r.get(f"good_turns_{arm}_low"),
                     r.get(f"good_turns_{arm}_high"),
                 ) + (f" {r[f'objective_{arm}']}" if r.get(f"objective_{arm}") else "")  # fmt: skip
-        row["sessions"] = r["sessions"]
+        row[units_label(r.get("unit"))] = r["sessions"]
         row["verdict"] = r.get("verdict_text") or r["verdict"]
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def units_label(unit: object) -> str:
+    """The column that counts an interval's units, named by what was resampled: "sessions",
+    or a trace's "time blocks" (the same count on the console, in the plan's report and in
+    a configuration's)."""
+    return f"{unit}s" if isinstance(unit, str) and unit else "sessions"
 
 
 #: Appended to a gain that depends on the run's length (a cell with an unstable arm).
@@ -243,7 +250,7 @@ def write_whatif_report(
     decision = trace_cells(decision_table(whatif, varies), trace=trace)
     if one_turn:
         decision = decision.rename(
-            {"session gain [95% CI]": "request gain [95% CI]", "sessions": "requests"},
+            {"session gain [95% CI]": "request gain [95% CI]"},
             strict=False,
         )
     pays_at = float(whatif["pays_at"][0])
