@@ -25,6 +25,11 @@
 #            differently from the pool-off arm (bench/gpu/equivalence.py); equal answers
 #            here point at the mid-chunk load
 #   noshim1b study1b with LMCache on its torch ops (no c10 shim, no compiled cuda_ops)
+#   long8b   builtin:llama-8b on a card over 100 GB (an H200): scenarios/xreplica.toml's
+#            chains at 128k and 256k, pool off then on: the cross-replica TTFT at the seed's
+#            two contexts, and the largest context two 8B replicas on one card hold (each
+#            0.45 of it: 14 GiB of weights + 40 GiB of KV, 327,680 tokens, + reserve; per
+#            sessiongen/launch/memplan.py). On a smaller card it stops before any replay
 #   xreplica27b, study27b  two GPUs (a replica each) of builtin:llama-27b: the seed's own
 #            setup (GPU_256K=1 adds the 256k probe where the card holds it)
 #
@@ -56,6 +61,7 @@ pair_sets() {
     case $model in
     llama-1b) util=0.3 kv=9663676416 pool=20 len=262144 ;;
     llama-8b) util=0.45 kv=19327352832 pool=40 len=139264 ;;
+    llama-8b-long) util=0.45 kv=42949672960 pool=80 len=266240 ;;
     llama-27b) util=0.95 pool=${GPU_POOL_GB:-200} len=264192 ;;  # one replica per GPU
     esac
     preload=$(cat "$SITE/lmcache-preload" 2>/dev/null)
@@ -81,7 +87,7 @@ pair_sets() {
         return
     fi
     printf '%s\n' --set target.kind=managed --set target.managed.device=cuda \
-        --set "target.managed.model=builtin:$model" --set "model.name=$model" \
+        --set "target.managed.model=builtin:${model%-long}" --set "model.name=${model%-long}" \
         --set sessions.probe=equivalence --set design.restart_between_blocks=false \
         --set "target.managed.pool_size_gb=$pool" --set "target.managed.max_model_len=$len" \
         --set driver.request_timeout_s=600 \
@@ -121,6 +127,16 @@ step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in mode
             --set "sessions.initial_context_tokens=[32768, 131072]") ;;
     chunk1b)
         step_args study1b && ARGS+=(--set target.managed.chunk_size=16) ;;
+    long8b)
+        if ! [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null)" -gt 100000 ] 2>/dev/null; then
+            echo "run: long8b needs a card over 100 GB (a 256k KV cache beside a second replica); this one: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i 0 2>/dev/null)" >&2
+            return 2
+        fi
+        MODEL=llama-8b
+        mapfile -t sets < <(pair_sets llama-8b-long)
+        ARGS=(scenarios/xreplica.toml "${sets[@]}" --set sessions.count=2
+            --set 'design.blocks=["off","on"]'
+            --set "sessions.initial_context_tokens=[131072, 262144]") ;;
     noshim1b)
         step_args study1b
         mapfile -t sets < <(SITE=/nonexistent pair_sets "$MODEL")
