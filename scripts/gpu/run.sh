@@ -30,6 +30,9 @@
 #            two contexts, and the largest context two 8B replicas on one card hold (each
 #            0.45 of it: 14 GiB of weights + 40 GiB of KV, 327,680 tokens, + reserve; per
 #            sessiongen/launch/memplan.py). On a smaller card it stops before any replay
+#   heldout8b builtin:llama-8b, alt32k alternate at 2 sessions in flight, 8 sessions an arm,
+#            OFF-ON-ON-OFF: a cell builtin:h100-llama8b's fit never saw, with enough
+#            sessions for a verdict (bench/gpu/heldout.py plans it beside)
 #   xreplica27b, study27b  two GPUs (a replica each) of builtin:llama-27b: the seed's own
 #            setup (GPU_256K=1 adds the 256k probe where the card holds it)
 #
@@ -125,6 +128,11 @@ step_args() {  # ARGS: the replay arguments of step $1; MODEL: its built-in mode
         mapfile -t sets < <(pair_sets "$MODEL")
         ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-4}"
             --set "sessions.initial_context_tokens=[32768, 131072]") ;;
+    heldout8b)
+        MODEL=llama-8b
+        mapfile -t sets < <(pair_sets "$MODEL")
+        ARGS=(scenarios/alt32k.toml "${sets[@]}" --set "sessions.count=${GPU_SESSIONS:-8}"
+            --set 'placement.policies=["alternate"]' --set driver.concurrency=2) ;;
     chunk1b)
         step_args study1b && ARGS+=(--set target.managed.chunk_size=16) ;;
     long8b)

@@ -18,7 +18,9 @@ a median over turns of 1.00 can hide a turn the pool made four times faster.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -52,10 +54,20 @@ class Decision:
     pays_at: float
     gain: str
     trace: bool
+    plan: Path | None = None
+    """The plan folder whose rows these are, for a configuration ``sessiongen plan`` ran
+    (:func:`plan_rows`); None for a replay's measured rows."""
+    planned: bool = False
+    """The run is the planner's (a virtual clock), with or without its plan's rows."""
 
     @property
     def heading(self) -> str:
         return f"Decision: does the pool pay ({self.gain} >= {self.pays_at:g})?"
+
+    @property
+    def kind(self) -> str:
+        """How the figures came: "PLANNED" (the simulator's) or "MEASURED"."""
+        return "PLANNED" if self.planned else "MEASURED"
 
     @property
     def unit(self) -> str:
@@ -72,13 +84,40 @@ def decide(run: Run, pays_at: float) -> Decision | None:
         return None
     turns = turn_table(run)
     one_turn = run.trace and turns.height > 0 and turns["turn"].max() == 1
+    planned = run.meta.target_kind == "plan"
+    found = plan_rows(run.path) if planned else None
     return Decision(
-        rows=measured_decision(run, pays_at),
+        rows=found[1] if found is not None else measured_decision(run, pays_at),
         turns=turns,
-        pays_at=pays_at,
+        pays_at=float(found[1]["pays_at"][0]) if found is not None else pays_at,
         gain=gain_name(one_turn=bool(one_turn)),
         trace=run.trace,
+        plan=found[0] if found is not None else None,
+        planned=planned,
     )
+
+
+#: A plan's configuration folder: ``configs/NN-label`` or its replicate ``NN-label.rK``.
+CONFIG_FOLDER = re.compile(r"^(\d+)-")
+
+
+def plan_rows(run_dir: Path) -> tuple[Path, pl.DataFrame] | None:
+    """The plan's own rows (``whatif.parquet``: replicates pooled, the model's error in
+    the interval, the plan's verdict) for the configuration ``run_dir`` holds one
+    replicate of, with the plan folder; None where ``run_dir`` is not in a plan's
+    ``configs/`` or the plan has no rows for it."""
+    match = CONFIG_FOLDER.match(run_dir.name)
+    plan = run_dir.parent.parent
+    if match is None or run_dir.parent.name != "configs":
+        return None
+    try:
+        whatif = pl.read_parquet(plan / "whatif.parquet")
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+    if "config" not in whatif.columns or "pays_at" not in whatif.columns:
+        return None
+    rows = whatif.filter(pl.col("config") == int(match.group(1)))
+    return (plan, rows) if rows.height else None
 
 
 def apart(d: Decision) -> list[str]:
@@ -128,6 +167,8 @@ def _definitions(d: Decision) -> str:
     if d.gain != "session gain":
         gain = gain.replace("session", "request")
     later = WHATIF_COLUMNS["later_gain"].removesuffix(", every replicate pooled")  # a plan's
+    if d.planned:
+        return _planned_definitions(d, gain, later)
     return (
         f"MEASURED: {d.gain} = {gain}; later-turn gain = {later}, every later turn pooled; "
         f"{PER_TURN} = the median over turns 2.. of each turn's own gain (its median TTFT "
@@ -138,6 +179,35 @@ def _definitions(d: Decision) -> str:
         "above, does not pay when wholly below, undecided when it straddles it, not "
         f"enough data below {MIN_SESSIONS} {d.unit}s, unstable where an arm's queue grows "
         "with the run; as sessiongen plan decides."
+    )
+
+
+def _planned_definitions(d: Decision, gain: str, later: str) -> str:
+    """What a planned run's decision figures are: the plan's, model error included."""
+    turns = (
+        f"{PER_TURN} = the median over turns 2.. of each turn's own gain (its median TTFT "
+        f"OFF / ON), with the turns of this folder's records {SHARP:g}x or more away from "
+        "it named."
+    )
+    if d.plan is None:
+        return (
+            f"PLANNED: every figure is the simulator's, on a virtual clock, not measured. "
+            f"{d.gain} = {gain}; later-turn gain = {later}; {turns} This run is not in a "
+            f"plan's folder: its intervals are 95% paired bootstraps over {d.unit}s of this "
+            "run alone, with no model error, narrower than the model's accuracy "
+            "allows, and the verdict read off them is not a plan's. sessiongen plan gives "
+            "the interval to act on."
+        )
+    note = str(d.rows["interval_note"][0]) if "interval_note" in d.rows.columns else ""
+    replicates = d.rows["replicates"][0] if "replicates" in d.rows.columns else None
+    pooled = f"{replicates} replicates pooled" if replicates is not None else "its replicates"
+    return (
+        f"PLANNED: every figure is the simulator's, on a virtual clock, not measured. The "
+        f"rows are the plan's own for this configuration ({d.plan.name}/whatif.parquet: "
+        f"{pooled}), its interval and verdict as sessiongen plan gave them"
+        + (f" ({note})" if note else "")
+        + f"; {d.gain} = {gain}; later-turn gain = {later}; {turns} The verdict reads the "
+        f"interval against {d.pays_at:g}, the plan's --pays-at."
     )
 
 
@@ -163,7 +233,7 @@ def console_text(d: Decision | None, target: str) -> str:
         ["-" if v is None or v == "" else str(v) for v in row] for row in frame.iter_rows()
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(frame.columns))]
-    lines = [f"{d.heading} MEASURED (target: {target})"]
+    lines = [f"{d.heading} {d.kind} (target: {target})"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in cells]  # fmt: skip
     return "\n".join(lines)

@@ -126,3 +126,40 @@ def test_a_trace_names_what_its_intervals_resample(planned: Run) -> None:
     assert "time blocks" in frame.columns and "sessions" not in frame.columns
     text = decision.section(blocks)[-1]
     assert isinstance(text, Paragraph) and "bootstraps over time blocks" in text.text
+
+
+def test_a_planned_configuration_reports_the_plans_row_and_says_planned(tmp_path: Path) -> None:
+    from sessiongen.capacity.plan import plan
+    from sessiongen.capacity.sweep import SweepOptions
+
+    out = plan(
+        ROOT / "scenarios/smoke.toml",
+        overrides=["sessions.count=5"],
+        runs_dir=tmp_path,
+        seeds=2,
+        sensitivity=False,
+        sweep=SweepOptions(jobs=1),
+    )
+    whatif = pl.read_parquet(out / "whatif.parquet")
+    for folder in ("00-as_given", "00-as_given.r1"):  # either replicate: the plan's pooled row
+        d = decision.decide(load_run(out / "configs" / folder), 1.1)
+        assert d is not None and d.planned and d.plan == out
+        assert d.rows["session_gain_low"].to_list() == whatif["session_gain_low"].to_list()
+        assert d.rows["verdict"].to_list() == whatif["verdict"].to_list()
+        own = decision.measured_decision(load_run(out / "configs" / folder), 1.1)
+        assert own["session_gain_high"][0] < whatif["session_gain_high"][0]  # sampling alone
+        assert decision.console_text(d, "SIMULATED (plan)").startswith(f"{d.heading} PLANNED")
+        text = decision.section(d)[-1]
+        assert isinstance(text, Paragraph)
+        assert text.text.startswith("PLANNED") and f"{out.name}/whatif.parquet" in text.text
+        assert "MEASURED" not in text.text
+
+
+def test_a_planned_run_outside_a_plan_says_its_interval_lacks_the_model_error(
+    planned: Run,
+) -> None:
+    d = decision.decide(planned, 1.1)
+    assert d is not None and d.planned and d.plan is None
+    text = decision.section(d)[-1]
+    assert isinstance(text, Paragraph) and text.text.startswith("PLANNED")
+    assert "no model error" in text.text and "not a plan's" in text.text
