@@ -218,7 +218,37 @@ def evidence_lines(whatif: pl.DataFrame) -> list[str]:
             f"note: {replicates - min(distinct_n)} replicate(s) repeated another's records "
             "exactly and were counted once"
         )
+    same = placements_alike(whatif)
+    if same:
+        lines.append(
+            f"note: {' and '.join(same)} planned the same figures in every cell: they send "
+            "each request to the same replica here (sessions of one request, as a trace "
+            "whose lines carry no session ids has, have no later turn to move), so the "
+            "client's placement cannot matter for this traffic; a router policy can"
+        )
     return lines
+
+
+#: The gain figures two placements must share, cell by cell, to be planned alike.
+ALIKE = ("session_gain", "session_gain_low", "session_gain_high", "ttft_p50_off_s", "ttft_p50_on_s")
+
+
+def placements_alike(whatif: pl.DataFrame) -> list[str]:
+    """The client placements (not ``router:``) that planned identical figures (:data:`ALIKE`)
+    in every cell of ``whatif``: [] unless two or more do. Equal to the bit, which differing
+    placements of sessions with later turns never give."""
+    if "placement" not in whatif.columns or not set(ALIKE) <= set(whatif.columns):
+        return []
+    client = whatif.filter(~pl.col("placement").str.starts_with("router:"))
+    names = client["placement"].unique(maintain_order=True).to_list()
+    if len(names) < 2:
+        return []
+    keys = [c for c in ("config", "context_tokens", "load_level") if c in client.columns]
+    shapes = client.group_by(keys, maintain_order=True).agg(
+        *(pl.col(c).n_unique().alias(c) for c in ALIKE)
+    )
+    alike = shapes.filter(pl.all_horizontal(pl.col(c) == 1 for c in ALIKE))
+    return names if alike.height == shapes.height else []
 
 
 def write_whatif_report(

@@ -188,3 +188,23 @@ def test_a_key_that_sets_the_load_level_draws_one_line_along_it() -> None:
     gain = fig.axes[0]
     assert any(list(ln.get_ydata()) == [1.5, 2.0, 3.0] for ln in gain.get_lines())
     assert "one line per" not in fig.get_suptitle()
+
+
+def test_placements_planned_alike_in_every_cell_are_named_and_any_difference_is_not() -> None:
+    from sessiongen.report.whatif import ALIKE, placements_alike
+
+    def rows(second: float) -> pl.DataFrame:
+        base = {c: 1.5 for c in ALIKE}
+        return pl.DataFrame(
+            [
+                {"config": 0, "placement": "alternate", **base},
+                {"config": 0, "placement": "fixed", **base},
+                {"config": 0, "placement": "router:cache_aware", **{c: 2.0 for c in ALIKE}},
+                {"config": 1, "placement": "alternate", **base},
+                {"config": 1, "placement": "fixed", **base, "session_gain_high": second},
+            ]
+        )
+
+    assert placements_alike(rows(1.5)) == ["alternate", "fixed"]  # the router is not a client's
+    assert placements_alike(rows(1.5000001)) == []  # one cell apart: placement mattered there
+    assert placements_alike(rows(1.5).filter(pl.col("placement") != "fixed")) == []
