@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import signal
+import sys
 import threading
 import types
 from collections.abc import Coroutine, Iterator
@@ -129,12 +131,23 @@ def install() -> None:
 
 
 def _ignore_once_stopped() -> None:
-    """The last exit hook of a process that a signal stopped: its clean-up is done, and
-    a signal during the interpreter's own teardown (which puts back the default
-    handlers) would only replace its exit status by death from that signal."""
-    if _state.first is not None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
+    """The last exit hook of a process that a signal stopped: its clean-up is done, so it
+    ends here with :func:`exit_status`, its streams flushed.
+
+    Ending now, not through the interpreter's teardown, keeps that status whatever
+    happened on the way: a signal during the teardown (which puts back the default
+    handlers) would replace it by death from that signal, and CPython run as
+    ``python -m`` ends by SIGINT (status -2) once a ``KeyboardInterrupt`` was raised
+    inside source text it ran with ``exec`` (a dataclass's generated methods, made as a
+    module imports), caught or not: a SIGTERM early in start-up ended that way."""
+    if _state.first is None:
+        return
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(exit_status())
 
 
 @contextlib.contextmanager

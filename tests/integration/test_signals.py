@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.support import descendants
+from tests.support import descendants, signal_at
 from tests.support.paths import ROOT, SCENARIOS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("stop_signals_answered")]
@@ -232,3 +232,28 @@ def test_a_signalled_replay_leaves_no_process_behind(
         assert measured.filter(pl.col("block") < block).height == block * SESSIONS * TURNS
         kept = re.search(r"interrupted: kept (\d+) measured requests", text)
         assert kept is not None and int(kept.group(1)) >= block * SESSIONS * TURNS
+
+
+@pytest.mark.parametrize("point", list(signal_at.POINTS))
+def test_a_sigterm_at_each_start_up_point_ends_as_a_sigterm(tmp_path: Path, point: str) -> None:
+    """Deterministic, unlike the seeded delays above: the replay sends itself SIGTERM on
+    entering each start-up point (tests/support/signal_at.py), from code run by exec."""
+    tag, runs = descendants.new_tag(), tmp_path / "runs"
+    argv = [sys.executable, "-m", "tests.support.signal_at", point, "replay"]
+    argv += [str(SCENARIOS / "smoke.toml"), "--runs-dir", str(runs), "--no-progress"]
+    argv += ["--no-report", *(a for o in OVERRIDES for a in ("--set", o))]
+    env = {**os.environ, descendants.TAG_VAR: tag}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=EXIT_DEADLINE_S
+    )
+    left = descendants.survivors(tag, GONE_DEADLINE_S)
+    descendants.kill(left)
+    said = done.stdout + done.stderr
+    assert not left, f"left running:\n{descendants.describe(left)}\nreplay said:\n{said}"
+    assert "Traceback" not in said, said
+    before = point == "before-handlers"  # the interpreter's default: death by SIGTERM
+    assert done.returncode == (-TERM if before else 128 + TERM), said
+    manifest = _manifest(_run_dir(runs))
+    if manifest is not None:
+        assert manifest["complete"] is False and manifest["ended_at"] is not None
