@@ -10,6 +10,7 @@ import polars as pl
 from sessiongen import analysis
 from sessiongen.analysis.drift import not_checked
 from sessiongen.analysis.frames import drop_single_context
+from sessiongen.analysis.payoff import verdict
 from sessiongen.records.format import CELL_KEYS
 from sessiongen.records.run import Run
 from sessiongen.report.correctness import basis_note, correctness_passed, correctness_problems
@@ -124,7 +125,59 @@ def _lag_note(f: Frames) -> list[Element]:
     return [Paragraph(text.strip())]
 
 
-def _trust_problems(run: Run, f: Frames) -> list[Element]:
+def _error_text(run: Run, f: Frames) -> str | None:
+    """The measurement error's sentence, where a cell's is above its threshold."""
+    errors = f.error.filter(pl.col("flagged"))
+    if errors.is_empty():
+        return None
+    worst = errors.sort(pl.col("error_share").abs(), descending=True).row(0, named=True)
+    return (
+        f"Measurement error above {analysis.ERROR_SHARE:.0%} of the median TTFT in "
+        f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
+        f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
+        "and the simulator's own lateness, divided by the time scale, is that large "
+        "a part of what was measured"
+    )
+
+
+def error_moves_verdict(error: pl.DataFrame, verdicts: pl.DataFrame | None) -> bool:
+    """Whether the measurement error could move a verdict: True unless every decision
+    row keeps its verdict with its gain's interval shifted either way by the most its
+    placement's worst error allows, (1 + e) / (1 - e) with e that error's share of a
+    cell's median TTFT (each arm's TTFT off by e in opposite directions; a session's
+    end-to-end time, the session gain's measure, is off by less). No rows: True."""
+    if verdicts is None or verdicts.is_empty() or "pays_at" not in verdicts.columns:
+        return True
+    worst = error.group_by("placement").agg(pl.col("error_share").abs().max().alias("e"))
+    shares = dict(worst.iter_rows())
+    for r in verdicts.iter_rows(named=True):
+        e = min(float(shares.get(r["placement"]) or 0.0), 0.5)
+        low, high, pays_at = r["session_gain_low"], r["session_gain_high"], r["pays_at"]
+        if low is None or high is None:
+            continue  # no interval: no verdict the error could move
+        factor = (1 + e) / (1 - e)
+        given = verdict(low, high, pays_at)
+        if any(verdict(low * k, high * k, pays_at) != given for k in (factor, 1 / factor)):
+            return True
+    return False
+
+
+def _error_note(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[Element]:
+    """The measurement error that cannot move a verdict: a note, not a problem (the quick
+    start's report put a 2.1% error in one cell over a verdict of 1.82 [1.82, 1.82])."""
+    text = _error_text(run, f)
+    if text is None or error_moves_verdict(f.error, verdicts):
+        return []
+    return [
+        Paragraph(
+            f"{text}. It moves no verdict: each one holds with its session gain's interval "
+            "shifted either way by as much as that error allows; the flagged cells' own "
+            f"figures carry it ({analysis.time_scale_remedy(run)} to shrink it)."
+        )
+    ]
+
+
+def _trust_problems(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[Element]:
     """What makes every speedup of the run unreadable: said before anything else."""
     out: list[Element] = []
     cold = f.cold_check.filter(pl.col("flagged"))
@@ -152,19 +205,9 @@ def _trust_problems(run: Run, f: Frames) -> list[Element]:
                 "n_units",
             ),
         ]
-    errors = f.error.filter(pl.col("flagged"))
-    if not errors.is_empty():
-        worst = errors.sort(pl.col("error_share").abs(), descending=True).row(0, named=True)
-        out += [
-            Paragraph(
-                f"Measurement error above {analysis.ERROR_SHARE:.0%} of the median TTFT in "
-                f"{errors.height} of {f.error.height} cells (worst {worst['error_share']:+.1%}: "
-                f"{worst['placement']}/{worst['cache']} turn {worst['turn']}). The client's "
-                "and the simulator's own lateness, divided by the time scale, is that large "
-                f"a part of what was measured: {analysis.time_scale_remedy(run)}.",
-                warning=True,
-            )
-        ]
+    text = _error_text(run, f)
+    if text is not None and error_moves_verdict(f.error, verdicts):
+        out.append(Paragraph(text + f": {analysis.time_scale_remedy(run)}.", warning=True))
     late = analysis.late_arrivals(run)
     if late["flagged"].any():
         text = analysis.late_arrival_warning(run, late)
@@ -202,11 +245,18 @@ def _arm_problems(run: Run) -> list[Element]:
     ]
 
 
-def problems_section(run: Run, f: Frames) -> list[Element]:
+def problems_section(run: Run, f: Frames, verdicts: pl.DataFrame | None = None) -> list[Element]:
+    """What makes figures unreadable, then Notes; ``verdicts``: the decision's rows, which
+    a problem that cannot move any of them is a note beside (:func:`error_moves_verdict`)."""
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
-    found = _trust_problems(run, f) + _arm_problems(run) + correct + _measurement_problems(run, f)
+    found = (
+        _trust_problems(run, f, verdicts)
+        + _arm_problems(run)
+        + correct
+        + _measurement_problems(run, f)
+    )
     if not found:
         found = [
             Paragraph(
@@ -214,5 +264,5 @@ def problems_section(run: Run, f: Frames) -> list[Element]:
                 f"errors, {_drift_summary(f)}."
             )
         ]
-    notes = [*passed, *basis, *_lag_note(f)]
+    notes = [*passed, *basis, *_lag_note(f), *_error_note(run, f, verdicts)]
     return [Heading("Problems"), *found, *([Heading("Notes"), *notes] if notes else [])]

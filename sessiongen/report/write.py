@@ -125,18 +125,20 @@ def build_blocks(
     boot: Bootstrap,
     *,
     decision: Sequence[Element] = (),
+    verdicts: pl.DataFrame | None = None,
     load: Sequence[Element] = (),
     reuse: Sequence[Element] = (),
 ) -> list[Element]:
     """The report as document blocks, its sections in reading order: the ``decision``
-    first (none given: none shown), then limits and problems, the routers, a load run's
+    first (none given: none shown), then limits and problems (``verdicts``, the
+    decision's rows: a problem that can move none of them is a note), the routers, a load run's
     ``load`` headline and a trace's ``reuse`` (what the trace allows, before the headline
     of what the pool bought), the per-turn curve, and the details."""
     sections: list[Sequence[Element]] = [
         header_section(run),
         decision,
         limits_section(run, frames),
-        problems_section(run, frames),
+        problems_section(run, frames, verdicts),
         routing_section(run, boot),
         load,
         reuse,
@@ -187,6 +189,7 @@ def write_report(
         figures,
         boot,
         decision=section(decision),
+        verdicts=decision.rows if decision is not None else None,
         load=load_section(whole, out, note, boot) if is_load_run(run) else (),
         reuse=reuse_section(run, out, note) if run.trace else (),
     )
@@ -208,6 +211,11 @@ def run_cautions(
     written = read_cautions(Path(run_dir) / "report")
     if written is not None:
         return written
-    run = load_run(run_dir).levels_apart()
+    whole = load_run(run_dir)
+    run = whole.levels_apart()
     figures = {name: Path(f"{name}.png") for name in plots.FIGURE_NAMES}  # not drawn
-    return report_cautions(build_blocks(run, Frames.compute(run, boot), figures, boot))
+    decision = decide(whole, DEFAULT_PAYS_AT)
+    verdicts = decision.rows if decision is not None else None
+    return report_cautions(
+        build_blocks(run, Frames.compute(run, boot), figures, boot, verdicts=verdicts)
+    )
