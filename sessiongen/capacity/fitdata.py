@@ -16,11 +16,11 @@ from numpy.typing import NDArray
 
 from sessiongen.capacity.estimate import Requests
 from sessiongen.capacity.fitted import FitError
-from sessiongen.launch.tinymodel import RECIPES
-from sessiongen.launch.tinymodel import kv_bytes_per_token as recipe_kv_bytes_per_token
 from sessiongen.records.counters import local_hits
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 from sessiongen.records.run import load_run, one_in_flight
+from sessiongen.scenario.models import RECIPES
+from sessiongen.scenario.models import kv_bytes_per_token as recipe_kv_bytes_per_token
 
 #: Most knots of the local-hit overhead (besides 0).
 MOST_KNOTS = 6
