@@ -18,8 +18,11 @@ The package follows the data, one subpackage per stage (each ``__init__`` has a 
                                                 |
                         analysis (polars) -> report (plots) -> trend (nightly)
 
-``design`` is what replay and the planner (``capacity``: the simulator's engine on a
-virtual clock, beside replay, never importing it) both follow; ``text`` (tokenizers, the
+``design`` (blocks, arrivals, placements) and ``experiment`` (the block script, clock-free,
+that both drivers step through) are what replay and the planner (``capacity``: the
+simulator's engine on a virtual clock, beside replay, never importing it) both follow;
+``outcome`` (what a finished replay comes to: summary, verdicts, exit status) sits above
+replay, analysis and report, beside the CLI; ``text`` (tokenizers, the
 needle probes' phrasing) is what the workload and the simulator both read, so ``sim``
 imports no workload. ``infra`` (files,
 processes, ports, console progress), ``sim`` (the simulated replicas), ``launch`` (real

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 
 #: Structural profile keys, in the order a profile file lists them.
 STRUCTURE_KEYS = (

@@ -154,7 +154,7 @@ def replay(
         for line in replay_mod.dry_run(sc, opts):
             click.echo(line)
         return
-    from sessiongen.replay import outcome
+    from sessiongen import outcome
 
     result = replay_mod.replay(sc, opts)
     click.echo(f"run: {result.run_dir}")

@@ -26,10 +26,10 @@ from sessiongen.records.format import (
     SCHEMA_VERSION,
     HostFacts,
     Manifest,
-    RunMeta,
     ToolIdentity,
     frame_of_records,
 )
+from sessiongen.records.meta import RunMeta
 
 R = TypeVar("R")
 

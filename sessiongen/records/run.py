@@ -23,7 +23,8 @@ import polars as pl
 
 from sessiongen.errors import RunDirError
 from sessiongen.records import io
-from sessiongen.records.format import REQUEST_SCHEMA, RunMeta
+from sessiongen.records.format import REQUEST_SCHEMA
+from sessiongen.records.meta import RunMeta
 
 REQUIRED_COLUMNS = ("placement", "cache", "turn", "warmup", "status", "ttft_s")
 RUN_ENV_VAR = "SESSIONGEN_RUN"

@@ -46,9 +46,9 @@ from sessiongen.records.format import (
     CounterRecord,
     Manifest,
     RequestRecord,
-    RunMeta,
     merge_facts,
 )
+from sessiongen.records.meta import RunMeta
 from sessiongen.replay import routing, runner, workers
 from sessiongen.replay.armcheck import arm_contradiction
 from sessiongen.scenario.spec import Scenario

@@ -28,7 +28,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import sessiongen
 from sessiongen.errors import MissingDependencyError, OutputError, RunFailedError
 from sessiongen.infra.files import atomic_write_bytes, check_writable
 from sessiongen.records import io
@@ -116,7 +115,7 @@ def kernel_env(run_dir: Path) -> dict[str, str]:
     """The kernel's environment: this one, the run named, this sessiongen importable."""
     env = dict(os.environ)
     env[RUN_ENV_VAR] = str(run_dir.resolve())
-    root = str(Path(sessiongen.__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the package
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return env
 

@@ -36,11 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypedDict
 
+from sessiongen import outcome
 from sessiongen.errors import ScenarioError, UserError
 from sessiongen.infra.files import atomic_write_bytes, ensure_dir
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records import io
-from sessiongen.replay import ReplayOptions, outcome, replay
+from sessiongen.replay import ReplayOptions, replay
 from sessiongen.report import read_cautions
 from sessiongen.scenario import schema
 from sessiongen.scenario.schema import spec
@@ -205,7 +206,7 @@ class NightlyResult:
 
 def _run_one(sc: Scenario, store: Path, runs_dir: Path, report: bool, progress: bool) -> NightlyRun:
     """Replay one scenario, store it, report it, judge it as ``sessiongen replay`` does
-    (:func:`sessiongen.replay.outcome.judge`, quietly); a UserError is recorded, not raised."""
+    (:func:`sessiongen.outcome.judge`, quietly); a UserError is recorded, not raised."""
     run = NightlyRun(sc.name, sc.source, folder=f"{sc.name}-{sc.digest()}")
     try:
         result = replay(sc, ReplayOptions(runs_dir=runs_dir, progress=progress))

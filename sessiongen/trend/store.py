@@ -29,8 +29,8 @@ from sessiongen.analysis import load_run, run_summary
 from sessiongen.errors import RunDirError, UserError
 from sessiongen.infra.files import ensure_dir
 from sessiongen.records import io
-from sessiongen.records.format import RunMeta
 from sessiongen.records.io import atomic_write_parquet
+from sessiongen.records.meta import RunMeta
 
 STORE_VERSION = 1
 IDENTITY_SCHEMA: dict[str, pl.DataType] = {

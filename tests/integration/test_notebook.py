@@ -81,7 +81,7 @@ def test_notebook_command_runs_a_run_without_report_and_shows_its_cautions(
     text = printed(nb)
     assert str(run_dir) in text and "SIMULATED" in text
     assert "Median TTFT per turn, modeled seconds" in text
-    # replay's own summary, from the library call the CLI makes (replay.outcome)
+    # replay's own summary, from the library call the CLI makes (sessiongen.outcome)
     assert "Decision: does the pool pay (session gain >= 1.1)?" in text
     # The report's Problems and Limits, word for word (computed as the report would:
     # tests/unit/report/test_report.py checks that against a written report).

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from sessiongen import analysis
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 from sessiongen.records.run import Run
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiongen import analysis
+from sessiongen import analysis, outcome
 from sessiongen.analysis import stats
 from sessiongen.analysis.adequacy import (
     MEASURED_COVERAGE,
@@ -19,7 +19,6 @@ from sessiongen.analysis.adequacy import (
     interval_warnings,
     p90_coverage_note,
 )
-from sessiongen.replay import outcome
 from tests.support.coverage import MODELS, coverage
 from tests.support.synthetic import SyntheticSpec, write_run
 

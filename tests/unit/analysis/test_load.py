@@ -12,7 +12,8 @@ import pytest
 
 from sessiongen.analysis import hypotheses, load
 from sessiongen.analysis.frames import rows_frame
-from sessiongen.records.format import REQUEST_SCHEMA, RunMeta
+from sessiongen.records.format import REQUEST_SCHEMA
+from sessiongen.records.meta import RunMeta
 from sessiongen.records.run import Run
 
 

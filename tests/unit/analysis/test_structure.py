@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sessiongen.analysis import structure
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 
 ENGINE = {"block_size": 128, "kv_cache_tokens": 1048576, "max_model_len": 32768}
 

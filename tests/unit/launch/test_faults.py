@@ -20,7 +20,7 @@ from sessiongen.cli import cli
 from sessiongen.errors import ScenarioError
 from sessiongen.launch import commands, faults
 from sessiongen.launch.pair import ManagedPair
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 from sessiongen.scenario.spec import ManagedFault, ManagedSpec
 from sessiongen.targets.managed import ManagedTarget
 from sessiongen.trend.store import versions_of

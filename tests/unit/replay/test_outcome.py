@@ -1,4 +1,4 @@
-"""What a finished replay comes to (sessiongen.replay.outcome): one policy for the CLI,
+"""What a finished replay comes to (sessiongen.outcome): one policy for the CLI,
 the nightly job and the notebook, judged here on synthetic runs."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sessiongen import outcome
 from sessiongen.errors import CacheFailureError, RunFailedError
-from sessiongen.replay import ReplayResult, outcome
+from sessiongen.replay import ReplayResult
 from tests.support.synthetic import SyntheticSpec, write_run
 
 CLEAN = SyntheticSpec(sessions=6, turns=2, placements=("alternate",))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sessiongen.errors import EndpointError
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 from sessiongen.targets.endpoints import Simulation, simulation
 
 

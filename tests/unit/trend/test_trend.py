@@ -11,7 +11,7 @@ import pytest
 from sessiongen import analysis, trend
 from sessiongen.errors import RunDirError, UserError
 from sessiongen.records import io as records
-from sessiongen.records.format import RunMeta
+from sessiongen.records.meta import RunMeta
 from sessiongen.trend import check as tcheck
 from sessiongen.trend import store as tstore
 from tests.support.synthetic import SyntheticSpec, write_run
