@@ -161,7 +161,7 @@ def _resample_stat(
     On counts (:class:`_Sorted`): a draw is how many times it took each unit, and each
     matrix's quantile is read from its values sorted once, weighted by their unit's count,
     with numpy's interpolation (``linear``, NaN ignored): the same figures as the
-    quantile of the drawn values, without copying or partitioning them (issue 34: 2000
+    quantile of the drawn values, without copying or partitioning them (2000
     draws of 12k sessions went from 2.2 s to 0.3 s).
     """
     n_units = mats[0].shape[0]

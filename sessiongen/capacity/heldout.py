@@ -32,7 +32,7 @@ from sessiongen.analysis.payoff import measured_decision as measured_decision
 
 #: The gains compared (what-if columns, each with ``_low`` and ``_high``).
 GAINS = ("session_gain", "later_gain")
-#: Issue 22's goal for a cell: the planned gain within 15% of the measured one.
+#: The goal for a cell: the planned gain within 15% of the measured one.
 GOAL = 0.15
 #: Verdicts that a measured interval excluding the threshold gives.
 DECIDED = ("pays", "does not pay")

@@ -1,7 +1,7 @@
 """The profile's loaded terms, fitted by planning the loaded runs under each candidate.
 
 Requests that ran alone (:mod:`.fit`) tell every term one request pays by itself; they
-cannot tell what requests that share a replica do to each other (issue 22 item 3):
+cannot tell what requests that share a replica do to each other:
 
 - decode batching, ``itl_per_batch_s``: the step time each further sequence in the
   decode batch adds;
@@ -9,7 +9,7 @@ cannot tell what requests that share a replica do to each other (issue 22 item 3
   request in the batch waits for it) or runs beside the steps (``"async"``: only the
   loading request waits; LMCache and vLLM both have such a path).
 
-(The third loaded term of the issue, the pool's store cost on a miss, is a term every
+(A third loaded term, the pool's store cost on a miss, is a term every
 cold request of the pool-on arm pays alone: the alone fit measures it from both arms.)
 
 No closed form gives these from a run's records (a request's decode gaps hold the others'

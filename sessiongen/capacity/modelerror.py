@@ -1,7 +1,7 @@
 """The planner's own error: how far a planned session gain strays from the measured one.
 
 A plan's interval holds the sessions' spread and the profile's parameter draws; what the
-model itself gets wrong (issue 31 item 2c) is a third term, a log-scale standard
+model itself gets wrong is a third term, a log-scale standard
 deviation per *regime*:
 
 - ``one_in_flight``: a closed loop with one session in flight on the pair;

@@ -33,7 +33,7 @@ from sessiongen.report.document import Element, Heading, Paragraph, Table
 from sessiongen.report.whatif import decision_table
 
 #: A later turn is named beside the median per-turn gain when its own gain is this many
-#: times larger or smaller (the issue's pressure32k: a median of 1.00 over turns hid
+#: times larger or smaller (pressure32k: a median of 1.00 over turns hid
 #: turn 2's 4.2x; a factor of 1.5 names that and leaves the turn-to-turn noise of a
 #: small run, a few tens of percent, unnamed).
 SHARP = 1.5

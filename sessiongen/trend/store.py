@@ -3,7 +3,7 @@
 ``STORE/<scenario_name>-<scenario_digest>/<run_id>.parquet`` holds
 :func:`sessiongen.analysis.run_summary` of the run (one row per placement, cache,
 context size and turn: median TTFT with its interval, the ON/OFF speedup with its
-interval, error, contamination, divergence and needle counts, and since issue 11 the
+interval, error, contamination, divergence and needle counts, and the
 correctness counts ``cache_failures``, ``off_inconsistent`` and ``on_only``, which
 :mod:`sessiongen.trend.check` reads with a fallback for files without them) plus the
 run's identity on every row: run id, start time, night (its UTC date), scenario, target kind, and

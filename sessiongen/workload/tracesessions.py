@@ -1,7 +1,7 @@
 """A trace as the replay's sessions: which lines are turns of which session, when each
 is sent, and what each shares with the requests before it.
 
-The rules (issue 21), in the order the reader gives the lines (:mod:`.trace`):
+The rules, in the order the reader gives the lines (:mod:`.trace`):
 
 - **Sessions.** With ``session_id``, a session's turns are its lines in file order;
   a line without one is a one-turn session of its own (id ``trace-line-N``). Sessions
