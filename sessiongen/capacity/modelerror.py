@@ -12,13 +12,20 @@ deviation per *regime*:
 Two sources, the same table shape (:data:`REGIMES`, ``cells_<regime>``, ``source``):
 
 - :func:`default_model_error`: the shipped default of built-in profiles, from the
-  project's own held-out validation on the real CPU pair (``model_error.toml``, the
-  rows ``bench/heldout_decision.py`` printed), by the median absolute error;
+  held-out cells of the project's pre-registered validation on the real CPU pair
+  (``model_error.toml``'s ``[heldout]``);
 - :func:`heldout_model_error`: ``sessiongen fit RUN... --heldout RUN2...``: each
   held-out replay (both cache arms) planned with the just-fitted profile as
   ``sessiongen plan`` plans it, both sides reduced by the same functions
-  (:mod:`.heldout`), the error per cell taken less the measured gain's own sampling
-  variance (:func:`sigma_from_errors`).
+  (:mod:`.heldout`).
+
+Both estimate a regime's sigma the same way, from its cells' errors and the measured
+gains' standard errors: :func:`sigma_upper`, the 95% upper confidence bound, net of the
+measured gains' sampling variance. The point estimate (:func:`sigma_from_errors`) is
+beside it in the docs, not in the interval: from eight cells it can be zero (the
+validation's loaded cells: their errors are no larger than their measurements' noise),
+which would call the model exact; the bound says how large an error those cells leave
+possible, and tightens as cells are added.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ __all__ = [
     "heldout_model_error",
     "regime",
     "sigma_from_errors",
+    "sigma_upper",
 ]
 
 REGIMES = ("one_in_flight", "loaded")
@@ -100,37 +108,93 @@ def sigma_from_errors(errors: Sequence[float], sampling_se: Sequence[float]) -> 
     return math.sqrt(max(0.0, float(np.mean(e * e)) - float(np.mean(se * se))))
 
 
-def default_model_error(path: Path = DEFAULTS_FILE) -> dict[str, float | str]:
-    """The shipped model error of built-in profiles: per regime, from the project's
-    held-out validation (``model_error.toml``).
+def sigma_upper(
+    errors: Sequence[float], sampling_se: Sequence[float], confidence: float = 0.95
+) -> float:
+    """The model's log-scale error from held-out cells: the ``confidence`` upper bound.
 
-    The file gives, per (KV size, sessions in flight), the median and worst of
-    ``|planned / measured - 1|`` over its cells. For a normal error the median of its
-    absolute value is 0.6745 sigma, so ``sigma = median |e| / 0.6745``. Two readings
-    bridge the file to that: (a) the relative error ``m`` has lost its sign, and on the
-    log scale it is ``log(1 + m)`` or ``-log(1 - m)``; their mean, ``atanh(m)``, is
-    taken; (b) a regime's cells are spread over rows of equal cell counts, and the
-    regime's median is read as the cell-weighted mean of its rows' medians.
-    ``one_in_flight``: the rows at 1 in flight; ``loaded``: at 2 and 4. The measured
-    gains' sampling noise is inside these errors (the file has no intervals), so these
-    sigmas err wide, most under load, where the measured intervals were widest.
+    With :func:`sigma_from_errors`' model (``e_i = d_i - s_i``, the model's error ``d_i``
+    of spread ``sigma`` and a bias counted as error, the measurement's ``s_i`` of known
+    ``se_i``), ``e_i / sqrt(sigma^2 + se_i^2)`` is a standard normal, so
+    ``Q(sigma) = sum e_i^2 / (sigma^2 + se_i^2)`` is chi-square with ``n`` degrees of
+    freedom at the true sigma. ``Q`` falls as sigma grows; the bound is the sigma where
+    ``Q`` reaches the chi-square's ``1 - confidence`` quantile (a larger sigma would make
+    errors this large improbably small). 0 where even ``sigma = 0`` leaves ``Q`` below
+    it; NaN without cells.
     """
+    e = np.asarray(errors, dtype=np.float64)
+    se = np.asarray(sampling_se, dtype=np.float64)
+    if e.size == 0:
+        return math.nan
+    target = chi2_quantile(1 - confidence, e.size)
+
+    def q(sigma: float) -> float:
+        return float(np.sum(e * e / (sigma * sigma + se * se + 1e-300)))
+
+    if q(0.0) <= target:
+        return 0.0
+    low, high = 0.0, 1.0
+    while q(high) > target:
+        high *= 2
+    for _ in range(200):  # bisection to the float's precision
+        mid = (low + high) / 2
+        low, high = (mid, high) if q(mid) > target else (low, mid)
+    return high
+
+
+def chi2_cdf(x: float, dof: int) -> float:
+    """The chi-square distribution function at ``x`` for a whole number of degrees of
+    freedom, in closed form (no scipy: a plan loads none of it): for even ``dof`` the
+    Poisson tail ``1 - exp(-x/2) sum_{k < dof/2} (x/2)^k / k!``; for odd ``dof`` the
+    normal's ``erf(sqrt(x/2))`` less ``sqrt(2x/pi) exp(-x/2) sum_{r < (dof-1)/2}
+    x^r / (3 * 5 * ... * (2r+1))``."""
+    if x <= 0:
+        return 0.0
+    if dof % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(1, dof // 2):
+            term *= (x / 2) / k
+            total += term
+        return max(0.0, 1.0 - math.exp(-x / 2) * total)
+    term, total = 1.0, 0.0
+    for r in range((dof - 1) // 2):
+        if r:
+            term *= x / (2 * r + 1)
+        total += term
+    return max(
+        0.0, math.erf(math.sqrt(x / 2)) - math.sqrt(2 * x / math.pi) * math.exp(-x / 2) * total
+    )
+
+
+def chi2_quantile(p: float, dof: int) -> float:
+    """The ``p`` quantile of the chi-square with ``dof`` degrees of freedom (bisection on
+    :func:`chi2_cdf`)."""
+    low, high = 0.0, float(dof) + 10.0 * math.sqrt(2.0 * dof) + 10.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if chi2_cdf(mid, dof) < p else (low, mid)
+    return (low + high) / 2
+
+
+def default_model_error(path: Path = DEFAULTS_FILE) -> dict[str, float | str]:
+    """The shipped model error of built-in profiles: per regime, :func:`sigma_upper` of
+    the held-out cells in ``model_error.toml`` (``[[heldout.cells]]``: ``regime``,
+    ``e``, ``se``), with the cell count and the source."""
     data = read_toml(path)
-    validation = data.get("validation") or {}
-    rows = validation.get("cells") or []
+    held = data.get("heldout") or {}
+    rows = held.get("cells") or []
     out: dict[str, float | str] = {}
     for name in REGIMES:
-        mine = [r for r in rows if regime(r["in_flight"], closed=True) == name]
-        cells = sum(int(r["cells"]) for r in mine)
-        if not cells:
-            raise UserError(f"{path}: validation.cells: no rows of regime {name}")
-        median = sum(math.atanh(float(r["median_abs_error"])) * int(r["cells"]) for r in mine)
-        out[name] = median / cells / NORMAL_MEDIAN_ABS
-        out[f"cells_{name}"] = cells
+        mine = [r for r in rows if r.get("regime") == name]
+        if not mine:
+            raise UserError(f"{path}: heldout.cells: no rows of regime {name}")
+        out[name] = sigma_upper([float(r["e"]) for r in mine], [float(r["se"]) for r in mine])
+        out[f"cells_{name}"] = len(mine)
     out["source"] = (
-        f"shipped default: the project's held-out validation on the real CPU pair "
-        f"({validation.get('date')}, {validation.get('command')}, commit "
-        f"{str(validation.get('commit'))[:12]}): median |error| / 0.6745"
+        f"shipped default: the project's pre-registered validation on the real CPU pair "
+        f"({held.get('date')}, {held.get('source')}): the 95% upper bound of the model's "
+        "log-scale error over its held-out cells, net of the measured gains' sampling "
+        "noise, not measured on your replicas"
     )
     return out
 
@@ -235,21 +299,21 @@ def heldout_model_error(
     replicates: int = HELDOUT_REPLICATES,
 ) -> dict[str, float | str]:
     """The ``[fit.model_error]`` table from held-out runs (module doc): per regime with
-    cells, :func:`sigma_from_errors` and its cell count; the source names the runs."""
+    cells, :func:`sigma_upper` and its cell count; the source names the runs."""
     cells = heldout_cells(profile_file, run_dirs, replicates=replicates)
     out: dict[str, float | str] = {}
     for name in REGIMES:
         mine = cells.filter(pl.col("regime") == name)
         if mine.is_empty():
             continue
-        out[name] = sigma_from_errors(mine["e"].to_list(), mine["se"].to_list())
+        out[name] = sigma_upper(mine["e"].to_list(), mine["se"].to_list())
         out[f"cells_{name}"] = mine.height
     if not out:
         raise UserError("--heldout: no held-out cell with a measured interval and both arms stable")
     names = ", ".join(Path(d).name for d in run_dirs)
     out["source"] = (
-        f"sessiongen fit --heldout {names}: root mean square of log(planned / measured "
-        f"session gain) less the measured gains' sampling variance, {replicates} plan "
-        "replicates a run"
+        f"sessiongen fit --heldout {names}: the 95% upper bound of the model's log-scale "
+        f"error (log planned / measured session gain) net of the measured gains' sampling "
+        f"noise, {replicates} plan replicates a run"
     )
     return out
