@@ -26,7 +26,9 @@ def clopper_pearson(hits: int, n: int) -> tuple[float, float]:
 
 
 def metric(table: pl.DataFrame) -> pl.DataFrame:
-    """Per regime and overall: cells, covered, coverage [CP], decided, right, undecided."""
+    """Per regime and overall: cells, covered, coverage [CP], decided (by the
+    measurement), right, wrong (the plan decided otherwise), undecided, the median and
+    worst |session-gain error|."""
     cells = table.with_columns(
         pl.when(pl.col("load_level") <= 1).then(pl.lit("one in flight"))
         .otherwise(pl.lit("loaded")).alias("regime"),
@@ -44,8 +46,13 @@ def metric(table: pl.DataFrame) -> pl.DataFrame:
             "regime": name[0], "cells": n, "covered": hit, "coverage": hit / n if n else None,
             "coverage_low": low, "coverage_high": high, "decided": decided.height,
             "right": int((decided["verdict_planned"] == decided["verdict_measured"]).sum()),
+            "wrong": int(decided.filter(
+                pl.col("verdict_planned").is_in(["pays", "does not pay"])
+                & (pl.col("verdict_planned") != pl.col("verdict_measured"))
+            ).height),
             "planned_undecided": int((decided["verdict_planned"] == "undecided").sum()),
             "median_abs_error": part["session_gain_error"].abs().median(),
+            "worst_abs_error": part["session_gain_error"].abs().max(),
         })  # fmt: skip
     return pl.DataFrame(rows)
 
