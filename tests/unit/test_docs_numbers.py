@@ -65,22 +65,36 @@ ALLOWED = (
     ),
     Allowed("guides/fit.md", "0 to 2x", "the loaded fit's candidate grid, checked below"),
     Allowed("guides/plan-fleet.md", "(default 1.1)", "the --pays-at default, checked below"),
-    Allowed("concepts/simulator-and-planner.md", "(default 1.1)", "the --pays-at default, checked below"),
+    Allowed(
+        "concepts/simulator-and-planner.md", "(default 1.1)", "the --pays-at default, checked below"
+    ),
     Allowed(
         "benchmarks.md",
         "8 of 8 cells at one session in flight (Clopper-Pearson [0.63, 1.00]), 8 of 8 loaded "
         "([0.63, 1.00]) and 16 of 16 overall ([0.79, 1.00])",
         "recomputed from bench/validation/result.csv by test_validation_metric.py",
     ),
-    Allowed("concepts/simulator-and-planner.md", "ranges of 8x", "a rule of --find (capacity/find.py)"),
-    Allowed("concepts/simulator-and-planner.md", "meets 40 s for 90% of turns", "load128k's objective"),
+    Allowed(
+        "concepts/simulator-and-planner.md", "ranges of 8x", "a rule of --find (capacity/find.py)"
+    ),
+    Allowed(
+        "concepts/simulator-and-planner.md", "meets 40 s for 90% of turns", "load128k's objective"
+    ),
     Allowed("concepts/simulator-and-planner.md", "100% good turns", "arithmetic: all turns good"),
     Allowed("concepts/simulator-and-planner.md", "above 0.9", "load128k's objective.attainment"),
     Allowed("concepts/simulator-and-planner.md", "8 x pool 16, 64, 256 GiB", "the bench's grid"),
     Allowed("concepts/simulator-and-planner.md", "within 1%", "test_plan.py's tolerance"),
-    Allowed("concepts/simulator-and-planner.md", "within 2% per turn", "test_plan_agreement.py's tolerance"),
-    Allowed("concepts/simulator-and-planner.md", "5% per cell", "test_served_reproduces.py's tolerance"),
-    Allowed("concepts/simulator-and-planner.md", "exceeds 2% of", "the report's lateness threshold"),
+    Allowed(
+        "concepts/simulator-and-planner.md",
+        "within 2% per turn",
+        "test_plan_agreement.py's tolerance",
+    ),
+    Allowed(
+        "concepts/simulator-and-planner.md", "5% per cell", "test_served_reproduces.py's tolerance"
+    ),
+    Allowed(
+        "concepts/simulator-and-planner.md", "exceeds 2% of", "the report's lateness threshold"
+    ),
     Allowed(
         "guides/nightly.md",
         "(99.98% wide at 4 sessions, 98.9% at 8)",
