@@ -38,7 +38,7 @@ def test_coverage_and_verdicts_per_regime() -> None:
 
 
 def test_the_docs_quote_the_validation_as_its_cells_give_it() -> None:
-    """docs/guides/plan-fleet.md's coverage figures are the metric recomputed from the
+    """docs/benchmarks.md's coverage figures are the metric recomputed from the
     run's cells (bench/validation/result.csv), not typed apart from them."""
     spec = importlib.util.spec_from_file_location("coverage", ROOT / "bench/validation/coverage.py")
     assert spec is not None and spec.loader is not None
@@ -50,7 +50,7 @@ def test_the_docs_quote_the_validation_as_its_cells_give_it() -> None:
             named=True
         )
     }
-    text = " ".join((ROOT / "docs/guides/plan-fleet.md").read_text().split())
+    text = " ".join((ROOT / "docs/benchmarks.md").read_text().split())
     for regime, words in (("one in flight", "at one session in flight"), ("loaded", "loaded"),
                           ("all", "overall")):  # fmt: skip
         r = out[regime]
