@@ -162,11 +162,11 @@ def error_moves_verdict(error: pl.DataFrame, verdicts: pl.DataFrame | None) -> b
     return False
 
 
-def _error_note(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[Element]:
+def _error_note(run: Run, f: Frames, moves: bool) -> list[Element]:
     """The measurement error that cannot move a verdict: a note, not a problem (the quick
     start's report put a 2.1% error in one cell over a verdict of 1.82 [1.82, 1.82])."""
     text = _error_text(run, f)
-    if text is None or error_moves_verdict(f.error, verdicts):
+    if text is None or moves:
         return []
     return [
         Paragraph(
@@ -177,7 +177,7 @@ def _error_note(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[Elem
     ]
 
 
-def _trust_problems(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[Element]:
+def _trust_problems(run: Run, f: Frames, error_moves: bool) -> list[Element]:
     """What makes every speedup of the run unreadable: said before anything else."""
     out: list[Element] = []
     cold = f.cold_check.filter(pl.col("flagged"))
@@ -206,7 +206,7 @@ def _trust_problems(run: Run, f: Frames, verdicts: pl.DataFrame | None) -> list[
             ),
         ]
     text = _error_text(run, f)
-    if text is not None and error_moves_verdict(f.error, verdicts):
+    if text is not None and error_moves:
         out.append(Paragraph(text + f": {analysis.time_scale_remedy(run)}.", warning=True))
     late = analysis.late_arrivals(run)
     if late["flagged"].any():
@@ -251,8 +251,9 @@ def problems_section(run: Run, f: Frames, verdicts: pl.DataFrame | None = None) 
     correct = correctness_problems(f.correctness, f.summary, f.divergences)
     passed = correctness_passed(f.correctness)
     basis = basis_note(f.correctness) if correct or passed else []
+    moves = error_moves_verdict(f.error, verdicts)  # the error: a problem, or a note
     found = (
-        _trust_problems(run, f, verdicts)
+        _trust_problems(run, f, moves)
         + _arm_problems(run)
         + correct
         + _measurement_problems(run, f)
@@ -264,5 +265,5 @@ def problems_section(run: Run, f: Frames, verdicts: pl.DataFrame | None = None) 
                 f"errors, {_drift_summary(f)}."
             )
         ]
-    notes = [*passed, *basis, *_lag_note(f), *_error_note(run, f, verdicts)]
+    notes = [*passed, *basis, *_lag_note(f), *_error_note(run, f, moves)]
     return [Heading("Problems"), *found, *([Heading("Notes"), *notes] if notes else [])]

@@ -127,6 +127,13 @@ class Recipe:
     draw_device: str = "cpu"  # where torch draws the weights ("cuda" when available)
 
 
+def _spread_kept(config: dict[str, Any]) -> float:
+    """The weight scale that keeps the tiny model's attention-score spread (hidden *
+    std**2, see :data:`WEIGHT_STD`) at ``config``'s width: std scaled by
+    sqrt(tiny hidden / hidden)."""
+    return float(WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / config["hidden_size"]) ** 0.5)
+
+
 TINY = Recipe(
     name=BUILTIN_TINY,
     config=MODEL_CONFIG,
@@ -138,9 +145,8 @@ TINY = Recipe(
 LLAMA_1B = Recipe(
     name="builtin:llama-1b",
     config=LLAMA_1B_CONFIG,
-    # The tiny model's attention-score spread (hidden * std**2 = 2.56, see WEIGHT_STD)
-    # at eight times the width: std scaled by sqrt(256 / 2048).
-    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_1B_CONFIG["hidden_size"]) ** 0.5,
+    # the tiny model's attention-score spread at eight times its width
+    weight_std=_spread_kept(LLAMA_1B_CONFIG),
     serve_dtype="bfloat16",
     cache_dir="llama-1b",
 )
@@ -157,7 +163,7 @@ LLAMA_8B = Recipe(
     name="builtin:llama-8b",
     config=LLAMA_8B_CONFIG,
     # the same attention-score spread again, at sixteen times the tiny model's width
-    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_8B_CONFIG["hidden_size"]) ** 0.5,
+    weight_std=_spread_kept(LLAMA_8B_CONFIG),
     serve_dtype="bfloat16",
     cache_dir="llama-8b",
     draw_device="cuda",
@@ -174,7 +180,7 @@ LLAMA_27B_CONFIG: dict[str, Any] = {
 LLAMA_27B = Recipe(
     name="builtin:llama-27b",
     config=LLAMA_27B_CONFIG,
-    weight_std=WEIGHT_STD * (MODEL_CONFIG["hidden_size"] / LLAMA_27B_CONFIG["hidden_size"]) ** 0.5,
+    weight_std=_spread_kept(LLAMA_27B_CONFIG),
     serve_dtype="bfloat16",
     cache_dir="llama-27b",
     draw_device="cuda",
