@@ -15,8 +15,33 @@ EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 
+#: vLLM's per-request phase histograms, as a sum of seconds and a count of requests
+#: (a delta over a block gives the block's mean): queue (arrival to first scheduled),
+#: prefill (first scheduled to first token) and decode (first token to last). The
+#: decomposition of planned against measured latency (``bench/decomposition.py``) reads
+#: them; a replica that does not export them simply lacks the rows.
+QUEUE_SUM = "vllm:request_queue_time_seconds_sum"
+QUEUE_COUNT = "vllm:request_queue_time_seconds_count"
+PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
+PREFILL_COUNT = "vllm:request_prefill_time_seconds_count"
+DECODE_SUM = "vllm:request_decode_time_seconds_sum"
+DECODE_COUNT = "vllm:request_decode_time_seconds_count"
+PHASES = {
+    "queue": (QUEUE_SUM, QUEUE_COUNT),
+    "prefill": (PREFILL_SUM, PREFILL_COUNT),
+    "decode": (DECODE_SUM, DECODE_COUNT),
+}
+
 #: Counters kept in snapshots (others are ignored to keep metrics.parquet small).
-TRACKED = (LOCAL_HITS, LOCAL_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, RUNNING, WAITING)
+TRACKED = (
+    LOCAL_HITS,
+    LOCAL_QUERIES,
+    EXTERNAL_HITS,
+    EXTERNAL_QUERIES,
+    RUNNING,
+    WAITING,
+    *(name for pair in PHASES.values() for name in pair),
+)
 
 
 def local_hits(local: int | None, external: int | None, cached: int | None) -> int | None:

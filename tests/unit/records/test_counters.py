@@ -21,3 +21,29 @@ def test_a_consistent_or_unknown_delta_stands_as_measured() -> None:
     assert local_hits(524_288, 0, None) == 524_288  # no usage to check against
     assert local_hits(None, 8_192, 8_192) is None
     assert local_hits(1_000, None, 500) == 500
+
+
+def test_the_phase_histograms_are_read_as_sums_and_counts_over_their_labels() -> None:
+    from sessiongen.client.counters import parse
+    from sessiongen.records.counters import PHASES
+
+    text = "\n".join(
+        [
+            "# HELP vllm:request_queue_time_seconds Queue time.",
+            "# TYPE vllm:request_queue_time_seconds histogram",
+            'vllm:request_queue_time_seconds_bucket{le="0.1",model_name="m"} 2.0',
+            'vllm:request_queue_time_seconds_bucket{le="+Inf",model_name="m"} 3.0',
+            'vllm:request_queue_time_seconds_sum{model_name="m"} 0.75',
+            'vllm:request_queue_time_seconds_count{model_name="m"} 3.0',
+            'vllm:request_queue_time_seconds_sum{model_name="other"} 0.25',
+            'vllm:request_queue_time_seconds_count{model_name="other"} 1.0',
+            "# TYPE vllm:prefix_cache_hits counter",
+            'vllm:prefix_cache_hits_total{model_name="m"} 128.0',
+        ]
+    )
+    out = parse(text)
+    total, count = PHASES["queue"]
+    assert out[total] == 1.0 and out[count] == 4.0  # summed over the labels
+    assert out["vllm:prefix_cache_hits_total"] == 128.0
+    assert not any(name.endswith("_bucket") for name in out)  # buckets are not kept
+    assert PHASES["prefill"][0] not in out  # a replica without it lacks the row
