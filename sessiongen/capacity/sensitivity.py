@@ -16,6 +16,10 @@ what the cell's does
   ``hit_overhead_s`` as a whole (every knot scaled together). One whose value is zero is
   skipped (a share of nothing is nothing: a noise-free profile stays noise-free), and so
   is one the grid varies itself (``--vary`` already shows it).
+- **What an end plans**: the whole configuration, except for a parameter of the pool
+  (:data:`POOL_ONLY`), which cannot move a pool-off arm: its ends plan the pool-on blocks
+  alone and take the pool-off blocks' records from replicate 0, which has the same seed
+  (the records a full plan gives, to the bit: ``tests/integration/test_plan_sensitivity.py``).
 - **Ends** (:func:`ends`): a fitted profile's ``[fit.interval]`` table (``[target.sim]``
   key -> ``[low, high]``; ``hit_overhead_s`` -> ``[[lows...], [highs...]]``), read by
   :func:`profile_intervals`, which tolerates its absence. Where a parameter has no usable
@@ -49,7 +53,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import polars as pl
 
@@ -61,6 +65,7 @@ from sessiongen.capacity.virtual import ConfigTask, PlannedRun, Tokens, plan_con
 from sessiongen.infra.files import ensure_dir
 from sessiongen.infra.tomlfile import read_toml
 from sessiongen.records import io
+from sessiongen.records.format import BlockEntry, Manifest
 from sessiongen.records.run import Run, load_run
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.scenario.spec import load as load_scenario
@@ -78,6 +83,11 @@ PARAMETERS = (
     "itl_per_batch_s",
     "prefill_noise_sigma",
 )
+#: The parameters that move only the arms with the pool on: the pool's link and its
+#: store cost (a pool-off replica never loads from the pool nor stores into it). An end of
+#: one of them plans those arms alone and takes the pool-off blocks' records from
+#: replicate 0 (the same scenario and seed, so the same records a full plan would give).
+POOL_ONLY = ("pool_bandwidth_gbps", "pool_load_fixed_s", "pool_store_s_per_gb")
 #: The relative half-width of the box where a parameter has no fitted interval (module doc).
 UNFITTED_SPAN = 0.10
 #: The folder under the plan folder that holds the ends' run folders.
@@ -284,11 +294,14 @@ def plan_ends(
         for end in ends(config.scenario.target.sim, span=span, skip=varied, parameters=parameters):
             scenario = load_scenario(path, [*sets, end.setting])
             pairs.append((config, end))
-            tasks.append(ConfigTask(scenario, end_folder(config, end), tokens, False))
+            skip = pool_off_blocks(out, config) if end.parameter in POOL_ONLY else ()
+            tasks.append(ConfigTask(scenario, end_folder(config, end), tokens, False, skip))
     folders: dict[int, Path] = {}
 
     def finished(i: int, planned: PlannedRun) -> None:
         config, end = pairs[i]
+        if tasks[i].skip:
+            planned = with_blocks_of(planned, out / "configs" / config.folder, tasks[i].skip)
         folders[i] = write_run(out / FOLDER / end_folder(config, end), planned)
         if on_done is not None:
             on_done(config, folders[i])
@@ -313,6 +326,46 @@ def plan_ends(
     if not frames:
         return pl.DataFrame()
     return pl.concat(frames, how="diagonal_relaxed")
+
+
+def pool_off_blocks(out: Path, config: Config) -> tuple[tuple[int, float], ...]:
+    """Replicate 0's pool-off blocks of ``config`` (planned already, under
+    ``out/configs``), each with its modeled seconds: what an end of a :data:`POOL_ONLY`
+    parameter need not plan again."""
+    manifest = io.read_manifest(out / "configs" / config.folder)
+    return tuple(
+        (int(b["block"]), float(b["modeled_s"])) for b in manifest["blocks"] if b["cache"] == "off"
+    )
+
+
+def with_blocks_of(
+    planned: PlannedRun, folder: Path, blocks: Sequence[tuple[int, float]]
+) -> PlannedRun:
+    """``planned`` with the records and manifest entries of ``blocks`` taken from the run
+    folder ``folder`` (under ``planned``'s run id), in block order; each such entry says
+    where it came from (``source_run``, ``source_block``, as a merged run's do)."""
+    numbers = [b for b, _ in blocks]
+    run_id = planned.manifest["run_id"]
+    source = io.read_manifest(folder)
+    theirs = (
+        pl.read_parquet(folder / "requests.parquet")
+        .filter(pl.col("block").is_in(numbers))
+        .with_columns(pl.lit(run_id).alias("run_id"))
+    )
+    requests = pl.concat([planned.requests, theirs.select(planned.requests.columns)])
+    requests = requests.sort("block", maintain_order=True)
+    entries: list[BlockEntry] = [
+        {**entry, "source_run": source["run_id"], "source_block": entry["block"]}
+        for entry in source["blocks"]
+        if entry["block"] in numbers
+    ]
+    manifest = dict(planned.manifest)
+    manifest["blocks"] = sorted([*planned.manifest["blocks"], *entries], key=_block_number)
+    return PlannedRun(cast(Manifest, manifest), requests)
+
+
+def _block_number(entry: BlockEntry) -> int:
+    return entry["block"]
 
 
 def replicate_zero(grid: Sequence[Config], out: Path, rows: Rows) -> pl.DataFrame:

@@ -23,7 +23,7 @@ import heapq
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -348,9 +348,16 @@ def plan_run(
     run_id: str,
     tokens: Tokens = "auto",
     progress: bool = False,
+    skip: Mapping[int, float] | None = None,
 ) -> PlannedRun:
     """Every block of ``scenario`` on the virtual clock, kept in memory (nothing written:
-    a sweep's worker on another machine hands it back to be written where the user is)."""
+    a sweep's worker on another machine hands it back to be written where the user is).
+
+    ``skip``: blocks (by number) planned elsewhere already, with the modeled seconds each
+    took there: they are neither planned nor recorded (their caller brings their
+    records), and the clock moves past each as it did there, so the blocks after it
+    start where they would have."""
+    skip = skip or {}
     check_plannable(scenario)
     engine = resolve()
     salt = os.urandom(6).hex()
@@ -375,6 +382,9 @@ def plan_run(
     start = 0.0
     per_block = sum(s.turns for s in prompts.sessions)
     for block in plan:
+        if block.block in skip:
+            start += skip[block.block]
+            continue
         bar = BlockProgress(
             per_block,
             f"[{block.block + 1}] {block.placement} cache={block.cache} (virtual)",
@@ -431,10 +441,19 @@ class ConfigTask:
     run_id: str
     tokens: Tokens
     progress: bool
+    #: Blocks not to plan, each with the modeled seconds it took where it was planned
+    #: (:func:`plan_run`'s ``skip``).
+    skip: tuple[tuple[int, float], ...] = ()
 
 
 def plan_config(task: ConfigTask) -> PlannedRun:
     """One configuration on the virtual clock, in memory: a sweep's task, here rather
     than in :mod:`.plan` so a worker process imports the engine, not the report stack
     (1.9 s against 8 s on this machine)."""
-    return plan_run(task.scenario, run_id=task.run_id, tokens=task.tokens, progress=task.progress)
+    return plan_run(
+        task.scenario,
+        run_id=task.run_id,
+        tokens=task.tokens,
+        progress=task.progress,
+        skip=dict(task.skip),
+    )

@@ -74,3 +74,34 @@ def test_no_sensitivity_plans_no_ends(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "robustness" not in pl.read_parquet(folder / "whatif.parquet").columns
     assert "Sensitivity" not in out
     assert "## Sensitivity" not in (folder / "report" / "report.md").read_text()
+
+
+def test_a_pool_parameters_end_plans_the_pool_on_arm_alone_and_matches_a_full_plan(
+    tmp_path: Path,
+) -> None:
+    from sessiongen.capacity.sensitivity import POOL_ONLY
+    from sessiongen.capacity.virtual import plan_run
+    from sessiongen.records.io import read_manifest
+    from sessiongen.scenario.spec import load as load_scenario
+
+    main(["plan", str(SMOKE), "--seeds", "1", "--jobs", "1", "--no-progress",
+          "--runs-dir", str(tmp_path), *SETS])  # fmt: skip
+    (folder,) = tmp_path.glob("plan-*")
+    zero = read_manifest(folder / "configs" / "00-as_given")
+    ends = pl.read_parquet(folder / "sensitivity.parquet")
+    pool_ends = ends.filter(pl.col("parameter").is_in(POOL_ONLY))
+    assert pool_ends.height >= 2  # the study profile moves the pool's link
+    keys = ["block", "session_index", "turn"]
+    for row in pool_ends.iter_rows(named=True):
+        end = folder / "sensitivity" / f"00-as_given.{row['parameter']}-{row['end']}"
+        manifest = read_manifest(end)
+        off = [b for b in manifest["blocks"] if b["cache"] == "off"]
+        assert off and all(b.get("source_run") == zero["run_id"] for b in off)
+        assert all("source_run" not in b for b in manifest["blocks"] if b["cache"] != "off")
+        # the same end planned whole, both arms, gives the same records
+        sets = [a for a in SETS if a != "--set"]
+        full = plan_run(load_scenario(SMOKE, [*sets, row["setting"]]), run_id="full").requests
+        mine = pl.read_parquet(end / "requests.parquet")
+        assert set(mine["run_id"]) == {manifest["run_id"]}
+        assert mine.sort(keys)["e2e_s"].to_list() == full.sort(keys)["e2e_s"].to_list()
+        assert mine.sort(keys)["cache"].to_list() == full.sort(keys)["cache"].to_list()
