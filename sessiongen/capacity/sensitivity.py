@@ -26,7 +26,7 @@ what the cell's does
   interval (a built-in or hand-written profile, a parameter the runs did not identify, an
   interval that does not hold the point value, or a value the scenario sets over the
   file's) the ends are the value -/+ :data:`UNFITTED_SPAN`. 10%, not 25%: it is the size
-  of the planner's own measured error at one session in flight (docs/guides/fit.md's held-out
+  of the planner's own measured error at one session in flight (docs/benchmarks.md's held-out
   decision table, 7-14%), so a verdict that does not survive it is not one to act on;
   each box costs two runs per parameter and configuration (16 for the study profile,
   beside the grid's ``--seeds``), so a second, wider box would double that again. A

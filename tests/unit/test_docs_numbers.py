@@ -50,20 +50,20 @@ EVERY_PAGE = "*"
 #: Defaults of CLI options as pages state them: (page, command, option, phrase, the default
 #: the phrase states), each checked against the CLI below.
 CLI_DEFAULTS = (
-    ("guides/nightly.md", "compare", "--alpha", "(default 5%; intervals", 0.05),
-    ("guides/nightly.md", "compare", "--threshold", "margin (default 5%)", 0.05),
-    ("guides/nightly.md", "compare", "--failure-margin", "(default 0.02: 2 points)", 0.02),
+    ("concepts/trends.md", "compare", "--alpha", "(default 5%; intervals", 0.05),
+    ("concepts/trends.md", "compare", "--threshold", "margin (default 5%)", 0.05),
+    ("concepts/trends.md", "compare", "--failure-margin", "(default 0.02: 2 points)", 0.02),
 )
 ALLOWED = (
     Allowed(EVERY_PAGE, "95%", "the confidence level of every interval the tool prints"),
     Allowed("getting-started.md", "Python 3.11+", "pyproject's requires-python, checked below"),
-    Allowed("guides/fit.md", "/ 3.92", "arithmetic: a 95% interval spans 2 x 1.96 SE"),
+    Allowed("concepts/fitting.md", "/ 3.92", "arithmetic: a 95% interval spans 2 x 1.96 SE"),
     Allowed(
         "guides/gpus.md",
         "context in 16 GiB",
         "arithmetic: 131,072 tokens x 128 KiB, the model's KV size (tests/unit/launch/test_gpu.py)",
     ),
-    Allowed("guides/fit.md", "0 to 2x", "the loaded fit's candidate grid, checked below"),
+    Allowed("concepts/fitting.md", "0 to 2x", "the loaded fit's candidate grid, checked below"),
     Allowed("guides/plan-fleet.md", "(default 1.1)", "the --pays-at default, checked below"),
     Allowed(
         "concepts/simulator-and-planner.md", "(default 1.1)", "the --pays-at default, checked below"
@@ -90,24 +90,27 @@ ALLOWED = (
         "test_plan_agreement.py's tolerance",
     ),
     Allowed(
-        "concepts/simulator-and-planner.md", "5% per cell", "test_served_reproduces.py's tolerance"
+        "benchmarks.md", "5% per cell", "test_served_reproduces.py's tolerance"
     ),
     Allowed(
         "concepts/simulator-and-planner.md", "exceeds 2% of", "the report's lateness threshold"
     ),
     Allowed(
-        "guides/nightly.md",
+        "concepts/trends.md",
         "(99.98% wide at 4 sessions, 98.9% at 8)",
         "expanded_conf's arithmetic, recomputed below",
     ),
-    Allowed("guides/nightly.md", "sigma 1.9x too large", "arithmetic, recomputed below"),
-    Allowed("guides/nightly.md", "and a 20% step:", "a case of bench/trend_noise.py"),
-    Allowed("guides/nightly.md", "| 20% step found", "a case of bench/trend_noise.py"),
-    Allowed("guides/nightly.md", "| 30% step found", "a case of bench/trend_noise.py"),
-    Allowed("guides/nightly.md", "a 20% step at 3% noise", "a case of bench/trend_noise.py"),
-    Allowed("guides/nightly.md", "a 20% slowdown under 3% run noise", "a bench/compare_aa.py case"),
-    Allowed("guides/nightly.md", "a 3% run effect per cell", "a case of bench/compare_aa.py"),
-    Allowed("guides/nightly.md", "at 4-8% run effect", "the cases of bench/compare_aa.py --sweep"),
+    Allowed("concepts/trends.md", "sigma 1.9x too large", "arithmetic, recomputed below"),
+    Allowed("concepts/trends.md", "and a 20% step:", "a case of bench/trend_noise.py"),
+    Allowed("concepts/trends.md", "| 20% step found", "a case of bench/trend_noise.py"),
+    Allowed("concepts/trends.md", "| 30% step found", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "| 3% |", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "| 5% |", "a case of bench/trend_noise.py"),
+    Allowed("guides/nightly.md", "a 20% step found", "a case of bench/trend_noise.py"),
+    Allowed("benchmarks.md", "a 20% step at 3% noise", "a case of bench/trend_noise.py"),
+    Allowed("concepts/trends.md", "a 20% slowdown under 3% run noise", "a bench/compare_aa.py case"),
+    Allowed("benchmarks.md", "a 3% run effect per cell", "a case of bench/compare_aa.py"),
+    Allowed("concepts/trends.md", "at 4-8% run effect", "the cases of bench/compare_aa.py --sweep"),
     Allowed("concepts/load.md", "within 40 s", "load128k's objective, the example above it"),
     Allowed("concepts/load.md", "when 90% of its turns", "load128k's objective.attainment"),
     Allowed(
@@ -161,9 +164,9 @@ ALLOWED = (
     ),
     Allowed("concepts/correctness.md", "of 1%, 5% and 20% were", "real_fault_detection's cases"),
     Allowed("concepts/correctness.md", "((1 - 0.95^32)^2)", "arithmetic, recomputed below"),
-    Allowed("guides/study-replicas.md", "within the 1% goal", "the bench's goal (sim_scheduler)"),
+    Allowed("concepts/targets.md", "within the 1% goal", "the bench's goal (sim_scheduler)"),
     Allowed(
-        "guides/study-replicas.md", "study this project grew out of within 6%", "checked below"
+        "concepts/targets.md", "study this project grew out of within 6%", "checked below"
     ),
     *(
         Allowed(page, phrase, f"the default of {command} {option}, checked below")
@@ -172,7 +175,7 @@ ALLOWED = (
 )
 
 #: Pages whose figures are still typed by hand, each to be moved to a data file like the
-#: others (issue 32 item 3). The test of each is expected to fail, strictly: a page that no
+#: others. The test of each is expected to fail, strictly: a page that no
 #: longer fails must leave this list.
 PENDING: set[str] = set()
 
@@ -292,10 +295,10 @@ def test_the_shipped_model_error_and_the_decision_figures_are_one_run() -> None:
         assert figures[f"{key}.cells"] == row["cells"]
 
 
-def test_the_fit_guide_states_the_loaded_candidates_as_the_code_has_them() -> None:
+def test_the_fit_concept_states_the_loaded_candidates_as_the_code_has_them() -> None:
     from sessiongen.capacity.loaded import BATCH_MULTIPLES, FINE
 
-    text = flat("guides/fit.md")
+    text = flat("concepts/fitting.md")
     grid = (
         f"{len(BATCH_MULTIPLES)} batching costs, {BATCH_MULTIPLES[0]:g} to "
         f"{BATCH_MULTIPLES[-1]:g}x the fitted `itl_base_s`, then {FINE} finer values"
@@ -327,7 +330,7 @@ def test_a_page_states_a_cli_default_as_the_cli_has_it(
     assert default == value, (page, option, default)
 
 
-def test_the_nightly_guide_states_the_expanded_intervals_as_computed() -> None:
+def test_the_trends_page_states_the_expanded_intervals_as_computed() -> None:
     """The stored 95% intervals' expanded levels, and how much too large sigma came out
     when they were read as plain 95% intervals (the z of each level, at 4 sessions)."""
     from scipy.stats import norm
@@ -336,7 +339,7 @@ def test_the_nightly_guide_states_the_expanded_intervals_as_computed() -> None:
 
     four, eight = expanded_conf(0.95, 4), expanded_conf(0.95, 8)
     ratio = norm.ppf(0.5 + four / 2) / norm.ppf(0.975)
-    text = flat("guides/nightly.md")
+    text = flat("concepts/trends.md")
     phrase = f"({four:.2%} wide at 4 sessions, {eight:.1%} at 8)"
     assert phrase in text and f"sigma {ratio:.1f}x too large" in text, (phrase, ratio)
 
@@ -384,7 +387,7 @@ def test_the_replicas_guide_states_the_profiles_worst_cell_as_computed() -> None
     worst = max(
         abs(modeled / study - 1) for row in table.values() for modeled, study in row.values()
     )
-    text = flat("guides/study-replicas.md")
+    text = flat("concepts/targets.md")
     assert f"within {math.ceil(100 * worst)}%" in text, worst
 
 
