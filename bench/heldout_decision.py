@@ -4,7 +4,7 @@
         [--profile fitted.toml] [--alone-only] [--passes 2] [--out DIR]
         [--tables-only [--without-noise]]
 
-Issue 22 item 7. Fits a profile on scenarios/fitprobe.toml and scenarios/fitprobe-load.toml
+Fits a profile on scenarios/fitprobe.toml and scenarios/fitprobe-load.toml
 (``--alone-only``: the first alone), both arms, on the large size's pairs (the ON pair in
 dev mode, so the replicas tell their structure; skipped with ``--profile``). With
 ``--passes 2`` (the default) fitprobe runs again on each pair after the decision's blocks

@@ -3,7 +3,7 @@
     .venv/bin/python bench/plan_sweep.py [--jobs N] [--ray] [--scenario S] [--vary K=V,...]
                                             [--set K=V]
 
-Plans one grid (default: issue 22's, ``scenarios/load128k.toml`` at one load level,
+Plans one grid (default: ``scenarios/load128k.toml`` at one load level,
 replicas 2, 4, 8 by pool sizes 16, 64, 256 GiB: nine configurations) one after another
 (``--jobs 1``), then over ``--jobs`` processes (default: the cores this process may use),
 and with ``--ray`` as Ray tasks on a local instance of as many CPUs (its start-up timed

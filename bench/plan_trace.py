@@ -15,7 +15,9 @@ Then runs ``sessiongen plan`` on it end to end, each case once to warm up (bytec
 written, the files cached: :data:`CHILD_ENV`) and then ``--repeat`` times in a child
 process (``--tokens shape --jobs 1 --no-sensitivity``; fixed placement, which on a trace
 without sessions is round-robin over the 8 replicas): one cache arm, both arms with the
-decision, and both arms with ``--seeds 3``. For each: wall time, CPU time and peak RSS
+decision, and both arms with ``--seeds 3``; then ``default``, the plan as a user types it
+(both arms, every other option at its default: tokens, jobs, seeds, the decision and its
+sensitivity), and its wall time over one arm's. For each: wall time, CPU time and peak RSS
 of the child (``os.wait4``), and the stages the plan prints with ``--verbose`` (the
 quickest run's). Then one block planned in this process with its parts timed apart (the
 trace read into sessions, every prompt's shape keys alone, the whole block and what of
@@ -216,6 +218,9 @@ CASES = (
     ("both_arms", '["off", "on"]', ["--seeds", "1"]),
     ("seeds3", '["off", "on"]', ["--seeds", "3"]),
 )
+#: The plan as a user types it: both arms, every default (tokens, jobs, seeds, the
+#: decision and its sensitivity), timed beside the cases above.
+DEFAULT_CASE = ("default", '["off", "on"]')
 STAGE_LINE = re.compile(r"^stage (.+): ([0-9.]+) s wall, ([0-9.]+) s CPU")
 DYNAMO = """
 import sys
@@ -268,6 +273,15 @@ def timed(argv: list[str], cwd: Path) -> Timed:
         if m := STAGE_LINE.match(line):
             stages[m[1]] = (float(m[2]), float(m[3]))
     return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stages, load)
+
+
+def default_argv(toml: Path, runs: Path, cache: str) -> list[str]:
+    """``sessiongen plan`` with nothing but the arms, the folder and the stage timings."""
+    return [
+        sys.executable, "-m", "sessiongen", "plan", str(toml), "--no-progress", "--verbose",
+        "--runs-dir", str(runs), "--set", f"design.cache={cache}",
+        "--set", f"design.blocks={cache}",
+    ]  # fmt: skip
 
 
 def plan_argv(toml: Path, runs: Path, cache: str, options: list[str]) -> list[str]:
@@ -340,11 +354,15 @@ def main() -> None:
         )
         toml = folder / "plan.toml"
         toml.write_text(SCENARIO.format(block=BLOCK, limit=args.requests, replicas=args.replicas))
-        for name, cache, options in CASES:
-            argv = plan_argv(toml, folder / "runs", cache, options)
+        cases = [(n, plan_argv(toml, folder / "runs", c, o)) for n, c, o in CASES]
+        cases.append((DEFAULT_CASE[0], default_argv(toml, folder / "runs", DEFAULT_CASE[1])))
+        for name, argv in cases:
             timed(argv, Path.cwd())  # the warm-up (CHILD_ENV)
             runs = [timed(argv, Path.cwd()) for _ in range(args.repeat)]
             figures |= show(name, runs)
+        ratio = float(figures["default.wall_s"]) / float(figures["one_arm.wall_s"])
+        figures["ratio.default_over_one_arm"] = round(ratio, 2)
+        print(f"the default plan over one arm without sensitivity: {ratio:.2f}x wall")
         print("one block in this process, its parts apart (the plan cannot split them yet):")
         figures |= measure(folder, "shape", args.requests, args.replicas)
         if args.against == "dynamo":

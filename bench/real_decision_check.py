@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/real_decision_check.py [--out DIR] [--seeds 3] [--pays-at 1.1]
 
-Moved out of tests/realstack/test_plan_real.py (issue 34: the tier's time), check for
+Moved out of tests/realstack/test_plan_real.py (the tier's time), check for
 check: what ``test_the_planned_pool_decision_holds_on_the_real_pair`` asserted, this
 script asserts, and it exits 1 naming what failed (0 when all held). Its many runs (the
 probe twice per arm, both arms of the decision, a plan of three replicates) took about as
@@ -11,7 +11,7 @@ needs one pass: a fit on both arms of the probe tells the pool's store cost apar
 (``test_a_fit_on_both_arms_tells_the_store_cost_apart``); the fuller study, at two KV
 sizes and with the 3k cells, is bench/heldout_decision.py (it asserts nothing).
 
-Issue 22 item 7 at one KV size (the pair's, which holds every cell's working set):
+The pool decision held out at one KV size (the pair's, which holds every cell's working set):
 scenarios/decision-cpu.toml's 12k sessions (5 a cell) at 1, 2 and 4 in flight, placements
 alternate and fixed; the ON arm on a pool-ON pair (dev mode, so the replicas tell their
 structure), then that pair stopped and the OFF arm on a pair without the connector, the

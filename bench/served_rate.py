@@ -53,7 +53,7 @@ from plan_trace import BLOCK, SCENARIO  # a sibling bench script
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "served-rate.json"
-#: Sustained: arrival_late_s p99 under this share of the median TTFT (issue 34).
+#: Sustained: arrival_late_s p99 under this share of the median TTFT.
 ON_TIME_SHARE = 0.01
 
 #: bench/plan_trace.py's scenario, changed to one arm served by the pair (--set style).

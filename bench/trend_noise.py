@@ -20,7 +20,7 @@ sizes x 6 turns, TTFT per arm and speedup), checked every night as the nightly j
   writes them, read by the stored standard error (today) and as plain 95% intervals
   (stores without it, and the check before it);
 - **six smoke-like nights** with two loud cells (the false "REGRESSION speedup alternate
-  ctx 2048 turn 3" of issue 11): the share of histories with any finding on nights 4-6.
+  ctx 2048 turn 3"): the share of histories with any finding on nights 4-6.
 
 Night-to-night noise 3% and 5% (log-scale SD). Fixed seeds: the same figures everywhere.
 """

@@ -1,5 +1,5 @@
 """A block whose replicas say at start they are in the other arm is stopped before it is
-sent (issue 32 item 5): the pairs given swapped once ran for 73 s and exited 0.
+sent: the pairs given swapped once ran for 73 s and exited 0.
 
 ``sessiongen sim serve`` pairs stand in for the user's replicas: the simulator says
 whether its shared cache is on (its ``sessiongen_sim_info`` gauge), as vLLM's

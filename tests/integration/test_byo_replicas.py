@@ -15,7 +15,7 @@ the report shows per cell (client TTFT minus the simulator's own, as a share of 
 median; 0.5 to 13% per cell at time scale 0.5 here). A block sent to the wrong pair
 moves turn 2 from 2.2x to 1.0x or 0.45x, far outside any of them.
 
-And a mislabeled arm (``--cache on`` against replicas without a shared cache, the issue's
+And a mislabeled arm (``--cache on`` against replicas without a shared cache, the reported
 reproduction) is reported under Problems with its evidence, and exits 1 with
 ``--strict-arms``.
 """
@@ -306,7 +306,7 @@ ONE_ARM = ('design.blocks=["on","on"]', 'design.cache=["on"]', "sessions.count=2
 def test_an_on_arm_without_a_shared_cache_is_reported_with_its_evidence(
     tmp_path: Path, pairs: tuple[SimHandle, SimHandle]
 ) -> None:
-    off, _on = pairs  # the issue: --cache on against sim serve --shared-cache off
+    off, _on = pairs  # the reported case: --cache on against sim serve --shared-cache off
     # Sent anyway (else the replay stops at the first block: test_arm_mismatch.py), so
     # that the counters judge it.
     args = ["--endpoints", joined(off.urls), "--cache", "on", "--allow-arm-mismatch"]

@@ -2,7 +2,7 @@
 
 Against the simulated pair (restarted per block, so every block replays the same
 prompts; or kept running, so every block has its own salt), the simulated pair served
-by ``sim serve`` in a child process and reached as endpoints (the issue's reproduction),
+by ``sim serve`` in a child process and reached as endpoints (the reported reproduction),
 and a deterministic fake server (its answer a hash of the prompt). A planted pool fault
 (``target.sim.pool_corruption = 1.0``) must be caught and exit 1; a clean deterministic
 server must show zero cache failures under every block design and exit 0.
@@ -115,7 +115,7 @@ def sim_serve() -> Iterator[SimHandle]:
 def test_sim_serve_endpoints_never_diverge(
     tmp_path: Path, sim_serve: SimHandle, design: str
 ) -> None:
-    # The reproduction: blocks [on, on] reported 6 of 6 diverged and exited 0.
+    # The reported reproduction: blocks [on, on] reported 6 of 6 diverged and exited 0.
     sets = ["sessions.probe=equivalence", *DESIGNS[design]]
     result = replay(tmp_path, *sets, endpoints=list(sim_serve.urls))
     assert result.exit_code == 0, result.output

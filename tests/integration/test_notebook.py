@@ -59,7 +59,7 @@ def test_notebook_is_committed_without_outputs() -> None:
 def test_notebook_command_runs_a_run_without_report_and_shows_its_cautions(
     tmp_path: Path,
 ) -> None:
-    """The issue's case: no report yet, the run outside the repo's runs/, no
+    """The reported case: no report yet, the run outside the repo's runs/, no
     SESSIONGEN_RUN in the environment; the notebook must still show the Problems and
     Limits the report then leads with."""
     spec = SyntheticSpec(

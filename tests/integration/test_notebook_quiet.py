@@ -1,5 +1,5 @@
 """The notebook's kernel is reached over IPC, not plain TCP: no ipykernel warning
-"Kernel is running over TCP without encryption" on the user's terminal (issue 32 item 8).
+"Kernel is running over TCP without encryption" on the user's terminal.
 
 The kernel is a child process writing to this process's stderr file descriptor, so the
 test captures at the descriptor (capfd), not sys.stderr.

@@ -30,7 +30,7 @@ from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.replay.orchestrator import ReplayOptions, replay
 from tests.support.paths import ROOT
 
-#: Per-turn agreement asked of the planner (issue 15).
+#: Per-turn agreement asked of the planner.
 TOLERANCE = 0.02
 
 FAST = ["target.sim.time_scale=0.05", "design.warmup_requests=1", "driver.concurrency=1"]

@@ -1,4 +1,4 @@
-"""``sessiongen plan`` reads every verdict over the profile's box (issue 31 item 3) end to
+"""``sessiongen plan`` reads every verdict over the profile's box end to
 end on the smoke scenario: the ends' runs and table, the what-if columns, the console
 lines, the report's section and tornado chart; ``--no-sensitivity`` plans none."""
 

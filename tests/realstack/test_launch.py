@@ -8,7 +8,7 @@ own (``pair up/status/down`` is checked on the pair that tests/realstack/test_pr
 starts with it for its OFF arm). The crash test kills a replica of the shared ON pair
 and stops it, so it runs last in the tier.
 
-Both arms on replicas the user runs (issue 20): the ON arm is a single-arm run
+Both arms on replicas the user runs: the ON arm is a single-arm run
 (``replay --endpoints A,B --cache on``) against the shared ON pair, the OFF arm one
 against the shared OFF pair, and the two are merged as ``sessiongen report RUN_OFF
 RUN_ON`` would; external hits must show in the ON arm only.
@@ -16,7 +16,7 @@ RUN_ON`` would; external hits must show in the ON arm only.
 The OFF halves run in the tier's OFF phase (session fixtures, checked there on their
 own) and are merged in its ON phase (tests/realstack/conftest.py: one pair at a time).
 
-A trace on the same two pairs (issue 21): scenarios/traces/cpu-replay.toml (four
+A trace on the same two pairs: scenarios/traces/cpu-replay.toml (four
 three-turn sessions in the Mooncake shape, 256-token blocks that are LMCache's chunks,
 alternate placement, one session at a time) as a single-arm run on each: every later
 turn moves replica, and the pool serves exactly the blocks the trace says it shares with

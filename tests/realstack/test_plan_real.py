@@ -33,8 +33,8 @@ busy CI machine.
 
 4. the probe's OFF arm on the pool-OFF pair (in the tier's OFF phase, before the ON
    pair's; tests/realstack/conftest.py), merged with its ON arm and fitted: with
-   both arms' cold requests the pool's store cost is a column of the fit (issue 22 item
-   3). The pool decision held out (issue 22 item 7: decision-cpu's verdicts planned
+   both arms' cold requests the pool's store cost is a column of the fit.
+   The pool decision held out (decision-cpu's verdicts planned
    against both arms measured, two probe passes) needs many runs and moved to
    bench/real_decision_check.py, which asserts what this module's test did; both KV
    sizes and the 3k cells: bench/heldout_decision.py.
@@ -90,7 +90,7 @@ BOUNDS = {1.0: (0.5, 0.75), 2.0: (0.8, 0.5)}
 
 def agreement_summary(table: pl.DataFrame) -> dict[str, float]:
     """Median and worst |planned / real - 1| over cells, the share of cells within 25%
-    (the issue's goal), the typical ratio (geometric median of planned / real), and the
+    (the goal), the typical ratio (geometric median of planned / real), and the
     cells' rank correlation."""
     errors = table["difference"].abs()
     ratio = (table["planned_s"] / table["served_s"]).log().median()
@@ -237,7 +237,7 @@ def test_a_fit_on_both_arms_tells_the_store_cost_apart(
 ) -> None:
     """The probe's OFF arm (on the shared pool-OFF pair, in the OFF phase) merged with its
     ON arm (the held-out test's fit's): with both arms' cold requests the pool's store
-    cost is a column of the fit's design (issue 22 item 3: the arms' cold turns differ by
+    cost is a column of the fit's design (the arms' cold turns differ by
     it on this pair), not held at 0 for want of the pool-off arm. Its value is a
     measurement of this machine, recorded, not asserted: 26.6 s/GB [10.9, 43.8] (one
     pass) on a quiet dev machine; a busy CI machine, and this one beside a CPU hog, have

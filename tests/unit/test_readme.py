@@ -20,7 +20,7 @@ from tests.support.synthetic import SyntheticSpec, write_run
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DOCS = ROOT / "docs"
-#: The README's length at most: a front page, the rest in docs/ (issue 32 asked ~200).
+#: The README's length at most: a front page, the rest in docs/.
 README_MAX_LINES = 200
 
 

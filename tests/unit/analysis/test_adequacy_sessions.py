@@ -1,4 +1,4 @@
-"""Session adequacy counts sessions, whatever their lengths (issue 32 item 4).
+"""Session adequacy counts sessions, whatever their lengths.
 
 A trace or a dataset has sessions of their own lengths: its last turns rest on the few
 long sessions, but the run's intervals resample all of its sessions. The warning "Only N

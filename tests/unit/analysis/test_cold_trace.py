@@ -1,4 +1,4 @@
-"""Cold first turns of a trace with a shared system prompt are compared (issue 32 item 4).
+"""Cold first turns of a trace with a shared system prompt are compared.
 
 Every first turn of such a trace but the very first shares the system prompt's blocks
 with an earlier request; counting only those that share nothing left one session, and

@@ -201,7 +201,7 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert "Exit status" in runner.invoke(cli, ["compare", "--help"]).output
 
 
-#: The issue's A/A case: a simulated smoke-sized run (8 sessions, one placement, 6 turns,
+#: The reported A/A case: a simulated smoke-sized run (8 sessions, one placement, 6 turns,
 #: both arms: 12 cells, intervals about +-2%) whose every cell carries a 3% run effect of
 #: its own. The code before exited 1 on 17 of these 50 pairs.
 AA = SyntheticSpec(

@@ -1,5 +1,5 @@
 """The console table of a one-arm run has no speedup column, and a missing ratio reads
-"-" (issue 32 item 8: "-x" in single-arm speedup columns)."""
+"-" ("-x" in single-arm speedup columns)."""
 
 from __future__ import annotations
 

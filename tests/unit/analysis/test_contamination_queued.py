@@ -1,5 +1,5 @@
 """A trace request that queued while another computed its shared blocks is not
-contamination (issue 31, item 4): hand-built trace runs, no replay."""
+contamination: hand-built trace runs, no replay."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Requests in flight as measured from the records' send, first-token and end times
-(issue 31, item 4): hand-made runs whose counts over time are known."""
+"""Requests in flight as measured from the records' send, first-token and end times:
+hand-made runs whose counts over time are known."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Why a pool recovered less than the trace allows (issue 32 item 4): partial chunks at
+"""Why a pool recovered less than the trace allows: partial chunks at
 the end of the shared prefixes, and whole chunks it did not serve, on frames computed by
 hand, and the report's sentence with the run's figures.
 

@@ -1,7 +1,7 @@
 """The bootstrap's resampling on counts gives the figures of resampling the values.
 
 :func:`sessiongen.analysis.stats._resample_stat` reads each draw's quantile from the
-values sorted once, weighted by how often the draw took their unit (issue 34); the
+values sorted once, weighted by how often the draw took their unit; the
 reference here copies the drawn values and takes ``np.nanquantile`` of each row, as the
 resampling did before. Both must agree to the bit, by either search (a binary search for
 few wide units, a running count for many narrow ones).

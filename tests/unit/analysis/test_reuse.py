@@ -167,7 +167,7 @@ def test_the_recovered_share_has_an_interval_over_sessions() -> None:
 
 def test_the_interval_counts_the_units_it_resamples_not_every_session() -> None:
     """Twelve one-request sessions, six with reuse beyond the local hits: the interval's
-    units are those six (the issue's "over 12031 sessions" had 4,250 behind it)."""
+    units are those six (the reported "over 12031 sessions" had 4,250 behind it)."""
     rows = [
         request(1, session_id=f"s{s}", trace_line=s, send_s=float(s),
                 trace_shared_tokens=20 if s % 2 else 0, local_hit_tokens=0,

@@ -1,4 +1,4 @@
-"""``--find``'s bisection reports every region it saw (issue 31, item 5): fake verdict
+"""``--find``'s bisection reports every region it saw: fake verdict
 functions, no planning."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from sessiongen.capacity.decision import Bracket, Region, bisect
 
 
 def _three(x: float) -> str:
-    """Does not pay below 2, pays from 2 to 6, unstable from 6 (the issue's example)."""
+    """Does not pay below 2, pays from 2 to 6, unstable from 6 (the reported example)."""
     if x < 2:
         return "does not pay"
     return "pays" if x < 6 else "unstable (OFF queue grows)"
@@ -67,7 +67,7 @@ def test_interior_not_checked_when_the_steps_run_out() -> None:
 
 
 def test_a_step_back_on_the_verdict_scale_is_not_monotone() -> None:
-    """An arm that misses at one value but is undecided at a larger one (the issue's
+    """An arm that misses at one value but is undecided at a larger one (the reported
     0.0176 and 0.02) is flagged, though no verdict comes back."""
 
     def arm(x: float) -> str:

@@ -1,4 +1,4 @@
-"""A trace's plan tables read as a trace's (issue 31, item 4): no load level nor
+"""A trace's plan tables read as a trace's: no load level nor
 context where none was set, a request gain where sessions are single requests."""
 
 from __future__ import annotations

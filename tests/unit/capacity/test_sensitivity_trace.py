@@ -1,4 +1,4 @@
-"""Issue 31's planted error: on a Mooncake-shaped trace (bench/plan_trace.py's generator,
+"""A planted error: on a Mooncake-shaped trace (bench/plan_trace.py's generator,
 small), a +-10% error in the prefill cost moves the planned gain far more than the
 decode's does, and a verdict that holds at the profile's values but not 10% off it says
 so and names prefill_s_per_ktok."""

@@ -1,5 +1,5 @@
 """A replay's and a plan's records stay what they were before the experiment was written
-once (issue 33): small shipped scenarios, replayed on the embedded simulated pair on the
+once: small shipped scenarios, replayed on the embedded simulated pair on the
 modeled clock and planned on the virtual clock, give exactly the records saved in
 ``tests/fixtures/experiment/`` (made at the commit before the refactor).
 

@@ -167,7 +167,7 @@ def _section(text: str, heading: str) -> str:
 def test_lag_that_moved_no_figure_is_a_note_not_a_problem(tmp_path: Path) -> None:
     # Every simulated run's Problems opened with "N requests saw client event-loop lag
     # that could have moved their TTFT": the possibility, not the evidence. Then the
-    # quick start's Problems still carried the note on a busy machine (issue 32 item 7).
+    # quick start's Problems still carried the note on a busy machine.
     text = _lagged(tmp_path, slower=1.0)
     problems, notes = _section(text, "Problems"), _section(text, "Notes")
     assert "None found" in problems
@@ -192,7 +192,7 @@ def test_a_run_without_lag_has_no_lag_note(clean_report: Path) -> None:
 
 def test_checks_that_passed_are_notes_not_problems(tmp_path: Path) -> None:
     # The quick start's Problems carried "Needles passed: ..." and the prompt-matching
-    # basis under a clean "None found" (issue 32 item 7): they say what was checked.
+    # basis under a clean "None found": they say what was checked.
     text = report.write_report(write_run(tmp_path, SyntheticSpec(probe="needle"))).read_text()
     problems, notes = _section(text, "Problems"), _section(text, "Notes")
     assert "None found" in problems

@@ -1,5 +1,5 @@
-"""Scenario errors say each thing once and list every key a user may write (issue 32
-item 8: "got 'alternat', got ['alternat']"; the known keys of [sessions] lacked source)."""
+"""Scenario errors say each thing once and list every key a user may write
+("got 'alternat', got ['alternat']"; the known keys of [sessions] lacked source)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A ``[sessions]`` key the source of sessions ignores is refused at load, one line naming
-it and what sets it instead (issue 32 item 4: ``--set sessions.count=50`` on a trace
+it and what sets it instead (``--set sessions.count=50`` on a trace
 used to change nothing, silently)."""
 
 from __future__ import annotations

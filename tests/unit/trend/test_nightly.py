@@ -337,7 +337,7 @@ def test_the_summary_carries_the_runs_problems_and_limits(
 def test_the_night_says_each_step_and_lists_limits_before_problems(
     tmp_path: Path, stand_in: StandIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 32 item 8: the nightly was silent for minutes by default, and its summary
+    """The nightly was silent for minutes by default, and its summary
     listed a run's Problems before its Limits, the other way round from the report."""
     config = suite(tmp_path, "tiny", "down")
     result = CliRunner().invoke(

@@ -49,7 +49,7 @@ def test_trace_info_reads_a_trace_and_refuses_a_bad_one_in_one_line(tmp_path: Pa
     good.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     ok = CliRunner().invoke(cli, ["trace-info", str(good)])
     assert ok.exit_code == 0, ok.output
-    # One-turn requests are sessions, as the replay makes them (issue 32: "0 sessions")
+    # One-turn requests are sessions, as the replay makes them ("0 sessions")
     assert "2 requests, 2 sessions (2 of one request: no session_id), last arrival at 2.5 s" in (
         ok.output
     )
