@@ -17,7 +17,8 @@ process (``--tokens shape --jobs 1 --no-sensitivity``; fixed placement, which on
 without sessions is round-robin over the 8 replicas): one cache arm, both arms with the
 decision, and both arms with ``--seeds 3``; then ``default``, the plan as a user types it
 (both arms, every other option at its default: tokens, jobs, seeds, the decision and its
-sensitivity), and its wall time over one arm's. For each: wall time, CPU time and peak RSS
+sensitivity), and its wall time over one arm's (``--default-only``: those two alone,
+written to docs/data/plan-trace-default.json). For each: wall time, CPU time and peak RSS
 of the child (``os.wait4``), and the stages the plan prints with ``--verbose`` (the
 quickest run's). Then one block planned in this process with its parts timed apart (the
 trace read into sessions, every prompt's shape keys alone, the whole block and what of
@@ -337,6 +338,11 @@ def main() -> None:
     ap.add_argument("--dynamo-python", default=sys.executable, help="the interpreter with Dynamo")
     ap.add_argument("--parts", action="store_true", help="the in-process split of one block")
     ap.add_argument("--exact-requests", type=int, default=1500, help="with --parts")
+    ap.add_argument(
+        "--default-only",
+        action="store_true",
+        help="only one arm and the default plan (docs/data/plan-trace-default.json)",
+    )
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}")
     figures: dict[str, float | str] = {}
@@ -354,7 +360,8 @@ def main() -> None:
         )
         toml = folder / "plan.toml"
         toml.write_text(SCENARIO.format(block=BLOCK, limit=args.requests, replicas=args.replicas))
-        cases = [(n, plan_argv(toml, folder / "runs", c, o)) for n, c, o in CASES]
+        chosen = CASES[:1] if args.default_only else CASES
+        cases = [(n, plan_argv(toml, folder / "runs", c, o)) for n, c, o in chosen]
         cases.append((DEFAULT_CASE[0], default_argv(toml, folder / "runs", DEFAULT_CASE[1])))
         for name, argv in cases:
             timed(argv, Path.cwd())  # the warm-up (CHILD_ENV)
@@ -363,6 +370,13 @@ def main() -> None:
         ratio = float(figures["default.wall_s"]) / float(figures["one_arm.wall_s"])
         figures["ratio.default_over_one_arm"] = round(ratio, 2)
         print(f"the default plan over one arm without sensitivity: {ratio:.2f}x wall")
+        if args.default_only:
+            print(f"load average after: {os.getloadavg()}")
+            from _docs import record
+
+            record("plan-trace-default", figures, args=args,
+                   documented=ap.parse_args(["--default-only"]))  # fmt: skip
+            return
         print("one block in this process, its parts apart (the plan cannot split them yet):")
         figures |= measure(folder, "shape", args.requests, args.replicas)
         if args.against == "dynamo":
