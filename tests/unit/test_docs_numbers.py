@@ -89,9 +89,7 @@ ALLOWED = (
         "within 2% per turn",
         "test_plan_agreement.py's tolerance",
     ),
-    Allowed(
-        "benchmarks.md", "5% per cell", "test_served_reproduces.py's tolerance"
-    ),
+    Allowed("benchmarks.md", "5% per cell", "test_served_reproduces.py's tolerance"),
     Allowed(
         "concepts/simulator-and-planner.md", "exceeds 2% of", "the report's lateness threshold"
     ),
@@ -108,7 +106,9 @@ ALLOWED = (
     Allowed("guides/nightly.md", "| 5% |", "a case of bench/trend_noise.py"),
     Allowed("guides/nightly.md", "a 20% step found", "a case of bench/trend_noise.py"),
     Allowed("benchmarks.md", "a 20% step at 3% noise", "a case of bench/trend_noise.py"),
-    Allowed("concepts/trends.md", "a 20% slowdown under 3% run noise", "a bench/compare_aa.py case"),
+    Allowed(
+        "concepts/trends.md", "a 20% slowdown under 3% run noise", "a bench/compare_aa.py case"
+    ),
     Allowed("benchmarks.md", "a 3% run effect per cell", "a case of bench/compare_aa.py"),
     Allowed("concepts/trends.md", "at 4-8% run effect", "the cases of bench/compare_aa.py --sweep"),
     Allowed("concepts/load.md", "within 40 s", "load128k's objective, the example above it"),
@@ -165,9 +165,7 @@ ALLOWED = (
     Allowed("concepts/correctness.md", "of 1%, 5% and 20% were", "real_fault_detection's cases"),
     Allowed("concepts/correctness.md", "((1 - 0.95^32)^2)", "arithmetic, recomputed below"),
     Allowed("concepts/targets.md", "within the 1% goal", "the bench's goal (sim_scheduler)"),
-    Allowed(
-        "concepts/targets.md", "study this project grew out of within 6%", "checked below"
-    ),
+    Allowed("concepts/targets.md", "study this project grew out of within 6%", "checked below"),
     *(
         Allowed(page, phrase, f"the default of {command} {option}, checked below")
         for page, command, option, phrase, _ in CLI_DEFAULTS
