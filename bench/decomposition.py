@@ -244,6 +244,12 @@ def regime(load: float) -> str:
     return "one in flight" if load <= 1 else "loaded"
 
 
+def _mean(column: pl.Series) -> float:
+    value = column.mean()
+    assert isinstance(value, float)
+    return value
+
+
 def carriers(gain: pl.DataFrame, parts: tuple[str, ...]) -> list[dict[str, Any]]:
     """Per regime: the mean share of each part and arm in the log gain error (a bias
     shows as a mean away from 0), and the largest of them."""
@@ -253,14 +259,14 @@ def carriers(gain: pl.DataFrame, parts: tuple[str, ...]) -> list[dict[str, Any]]
         columns = [f"{p}_{a}" for p in parts for a in ("off", "on")]
         if sub.is_empty() or any(sub[c].null_count() for c in columns):
             continue
-        shares = {c: float(sub[c].mean()) for c in columns}
+        shares = {c: _mean(sub[c]) for c in columns}
         top = max(shares, key=lambda k: abs(shares[k]))
         out.append(
             {
                 "regime": name,
                 "groups": sub.height,
-                "mean_log_gain_error": float(sub["log_gain_error"].mean()),
-                "mean_abs_log_gain_error": float(sub["log_gain_error"].abs().mean()),
+                "mean_log_gain_error": _mean(sub["log_gain_error"]),
+                "mean_abs_log_gain_error": _mean(sub["log_gain_error"].abs()),
                 "shares": shares,
                 "largest": top,
             }
