@@ -18,23 +18,25 @@ add up) into:
     client is exact);
 - ``decode``: first token to last (e2e - TTFT).
 
-Measured: the block's delta of vLLM's ``vllm:request_queue_time_seconds`` and
-``vllm:request_prefill_time_seconds`` histograms (sum / count, both replicas; each
-cell-arm is one block), times the session's turns; the records' TTFT and e2e for the
-rest. Runs recorded before the histograms were kept have no queue / prefill / client
-split (empty), only TTFT and decode. Planned: the
-simulated records' ``server_queue_s`` and ``server_ttft_s``.
+TTFT and decode are split per cell, from the records. TTFT's three parts are split per
+block (placement x sessions in flight x arm: a block holds every context of its placement
+and level, warm-ups included), as sums over the block's requests: measured, the block's
+delta of vLLM's ``vllm:request_queue_time_seconds`` and
+``vllm:request_prefill_time_seconds`` histograms (both replicas); planned, the simulated
+records' ``server_queue_s`` and ``server_ttft_s`` (the mean over replicates). Runs
+recorded before the histograms were kept have no block split (empty).
 
-Each part's error is (planned - measured) / measured session time of that arm, so an
-arm's parts sum to its planned / measured - 1; the log session-gain error is the OFF
-arm's log error minus the ON arm's. Also per cell and arm: tokens a session recomputed
-and tokens it loaded from the pool, planned and measured (the cache's behaviour), and
-the prefill seconds per recomputed thousand tokens (the replica's speed at that load).
+Each part's error is (planned - measured) / measured time of that arm (a session's, a
+block's), so an arm's parts sum to its planned / measured - 1; the log gain error is the
+OFF arm's log error minus the ON arm's. Also per cell and arm: tokens a session
+recomputed and tokens it loaded from the pool, planned over measured (the cache's
+behaviour).
 
-Prints per directory the cell table and names the part that carries the most of the
-gain error per regime; writes ``decomposition.csv`` (cells) and ``decomposition_turns.csv``
-(per turn: median TTFT and mean recomputed / pool tokens, planned and measured) into
-``--out``, and with the default directories ``docs/data/decomposition.json``. Asserts
+Prints per directory the cell and block tables and names the part that carries the most
+of the gain error per regime; writes ``decomposition-NAME.csv`` (cells),
+``decomposition_blocks-NAME.csv`` and ``decomposition_turns-NAME.csv`` (per turn: median
+TTFT and mean recomputed / pool tokens, planned and measured) into ``--out``, NAME the
+directory's, and with the default directories ``docs/data/decomposition.json``. Asserts
 nothing.
 """
 
@@ -53,20 +55,20 @@ from sessiongen.records.counters import PHASES
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIRS = (ROOT / "runs" / "decomp" / "decision", ROOT / "runs" / "validation2b")
 CELL = ["placement", "context_tokens", "load_level"]
-#: The session time's two parts, then TTFT's three (where the histograms were recorded).
+#: A session's two parts (per cell), and a block's four (TTFT's three, then decode).
 PARTS = ("ttft", "decode")
 SUBPARTS = ("queue", "prefill", "client")
+BLOCK_PARTS = (*SUBPARTS, "decode")
+BLOCK = ["placement", "load_level", "cache"]
 
 
-def requests(paths: list[Path]) -> pl.DataFrame:
-    """Non-warm-up ok requests of the runs at ``paths``, with recomputed and pool tokens."""
+def records(paths: list[Path]) -> pl.DataFrame:
+    """The ok requests of the runs at ``paths`` (warm-ups included), with recomputed and
+    pool tokens and decode seconds."""
     frames = [pl.read_parquet(p) for p in paths]
-    out = pl.concat(frames, how="diagonal_relaxed").filter(
-        ~pl.col("warmup") & (pl.col("status") == "ok")
-    )
-    external = pl.col("external_hit_tokens").fill_null(0)
+    out = pl.concat(frames, how="diagonal_relaxed").filter(pl.col("status") == "ok")
     return out.with_columns(
-        pool_tokens=external,
+        pool_tokens=pl.col("external_hit_tokens").fill_null(0),
         recomputed_tokens=pl.col("prompt_tokens") - pl.col("cached_tokens").fill_null(0),
         decode_s=pl.col("e2e_s") - pl.col("ttft_s"),
     )
@@ -98,16 +100,6 @@ def phase_sums(metrics: pl.DataFrame) -> pl.DataFrame:
     return wide.rename(names).select(list(schema))
 
 
-def measured_sessions(run_dir: Path) -> pl.DataFrame:
-    """Per measured session: its parts (seconds) and tokens."""
-    return sessions(requests([run_dir / "requests.parquet"]), ["block"])
-
-
-def planned_sessions(paths: list[Path]) -> pl.DataFrame:
-    """Per planned session (replicates pooled): its parts (seconds) and tokens."""
-    return sessions(requests(paths), ["run_id", "block"])
-
-
 def sessions(reqs: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return reqs.group_by(*CELL, "cache", *keys, "session_id").agg(
         total=pl.col("e2e_s").sum(),
@@ -118,46 +110,41 @@ def sessions(reqs: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
-def block_parts(merged: Path, plans: list[Path]) -> pl.DataFrame:
-    """Per block (placement x sessions in flight x arm: a block holds every context of
-    its placement and level, warm-ups included): each phase's seconds summed over the
-    block's requests, measured (the histograms' delta; empty where not recorded) and
-    planned (the mean over replicates), and each phase's error as a share of the
-    measured block's e2e."""
-    keys = ["placement", "load_level", "cache"]
-    everything = pl.read_parquet(merged / "requests.parquet").filter(pl.col("status") == "ok")
-    measured = everything.group_by("run_id", "block", *keys).agg(
+def block_parts(
+    measured: pl.DataFrame, metrics: pl.DataFrame, planned: pl.DataFrame
+) -> pl.DataFrame:
+    """Per block (module doc): each phase's seconds summed over the block's requests,
+    measured (``metrics``' histograms; empty where not recorded) and planned (the mean over
+    replicates), and each phase's error as a share of the measured block's e2e."""
+    sums = measured.group_by("run_id", "block", *BLOCK).agg(
         ttft_m=pl.col("ttft_s").sum(),
         e2e_m=pl.col("e2e_s").sum(),
         requests=pl.len(),
     )
-    phases = phase_sums(pl.read_parquet(merged / "metrics.parquet"))
-    measured = measured.join(phases, on=["run_id", "block"], how="left").with_columns(
+    sums = sums.join(phase_sums(metrics), on=["run_id", "block"], how="left").with_columns(
         client_m=pl.col("ttft_m") - pl.col("queue_m") - pl.col("prefill_m"),
         decode_m=pl.col("e2e_m") - pl.col("ttft_m"),
     )
-    frames = [pl.read_parquet(p).filter(pl.col("status") == "ok") for p in plans]
-    planned = (
-        pl.concat(frames, how="diagonal_relaxed")
-        .group_by("run_id", *keys)
+    plan = (
+        planned.group_by("run_id", *BLOCK)
         .agg(
             queue_p=pl.col("server_queue_s").sum(),
             prefill_p=(pl.col("server_ttft_s") - pl.col("server_queue_s")).sum(),
             client_p=(pl.col("ttft_s") - pl.col("server_ttft_s")).sum(),
-            decode_p=(pl.col("e2e_s") - pl.col("ttft_s")).sum(),
+            decode_p=pl.col("decode_s").sum(),
             e2e_p=pl.col("e2e_s").sum(),
         )
-        .group_by(*keys)
+        .group_by(*BLOCK)
         .agg(pl.all().exclude("run_id").mean())
     )
-    out = measured.drop("run_id", "block").join(planned, on=keys)
+    out = sums.drop("run_id", "block").join(plan, on=BLOCK)
     return out.with_columns(
         *(
             ((pl.col(f"{part}_p") - pl.col(f"{part}_m")) / pl.col("e2e_m")).alias(f"d_{part}")
-            for part in (*SUBPARTS, "decode")
+            for part in BLOCK_PARTS
         ),
         arm_error=pl.col("e2e_p") / pl.col("e2e_m") - 1,
-    ).sort(keys)
+    ).sort(BLOCK)
 
 
 def per_arm(sessions: pl.DataFrame, side: str) -> pl.DataFrame:
@@ -175,22 +162,25 @@ def decompose(out_dir: Path, size: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.
     plans = sorted((out_dir / f"plans-{size}").glob("plan-*/configs/00-as_given*/requests.parquet"))
     if not (merged / "requests.parquet").exists() or not plans:
         return None
-    measured, planned = measured_sessions(merged), planned_sessions(plans)
-    cells = per_arm(measured, "m").join(per_arm(planned, "p"), on=[*CELL, "cache"])
+    measured, planned = records([merged / "requests.parquet"]), records(plans)
+    alone_m, alone_p = measured.filter(~pl.col("warmup")), planned.filter(~pl.col("warmup"))
+    m = per_arm(sessions(alone_m, ["block"]), "m")
+    cells = m.join(per_arm(sessions(alone_p, ["run_id", "block"]), "p"), on=[*CELL, "cache"])
     cells = cells.with_columns(
         *(
             ((pl.col(f"{part}_p") - pl.col(f"{part}_m")) / pl.col("total_m")).alias(f"d_{part}")
             for part in PARTS
         ),
         arm_error=pl.col("total_p") / pl.col("total_m") - 1,
+        kv=pl.lit(size),
     )
-    cells = cells.with_columns(kv=pl.lit(size))
-    turns = turn_table(merged, plans).with_columns(kv=pl.lit(size))
-    blocks = block_parts(merged, plans).with_columns(kv=pl.lit(size))
+    turns = turn_table(alone_m, alone_p).with_columns(kv=pl.lit(size))
+    metrics = pl.read_parquet(merged / "metrics.parquet")
+    blocks = block_parts(measured, metrics, planned).with_columns(kv=pl.lit(size))
     return cells, turns, blocks
 
 
-def turn_table(merged: Path, plans: list[Path]) -> pl.DataFrame:
+def turn_table(measured: pl.DataFrame, planned: pl.DataFrame) -> pl.DataFrame:
     """Per cell, arm and turn: median TTFT, mean recomputed and pool tokens, both sides."""
 
     def side(reqs: pl.DataFrame, tag: str) -> pl.DataFrame:
@@ -200,9 +190,8 @@ def turn_table(merged: Path, plans: list[Path]) -> pl.DataFrame:
             pl.col("pool_tokens").mean().alias(f"pool_{tag}"),
         )
 
-    m = side(requests([merged / "requests.parquet"]), "m")
-    p = side(requests(plans), "p")
-    return m.join(p, on=[*CELL, "cache", "turn"]).sort(*CELL, "cache", "turn")
+    joined = side(measured, "m").join(side(planned, "p"), on=[*CELL, "cache", "turn"])
+    return joined.sort(*CELL, "cache", "turn")
 
 
 def gain_rows(frame: pl.DataFrame, keys: list[str], parts: tuple[str, ...]) -> pl.DataFrame:
@@ -240,8 +229,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def regime(load: float) -> str:
-    return "one in flight" if load <= 1 else "loaded"
+#: The two regimes, by the sessions in flight.
+REGIMES = {"one in flight": pl.col("load_level") <= 1, "loaded": pl.col("load_level") > 1}
 
 
 def _mean(column: pl.Series) -> float:
@@ -254,8 +243,8 @@ def carriers(gain: pl.DataFrame, parts: tuple[str, ...]) -> list[dict[str, Any]]
     """Per regime: the mean share of each part and arm in the log gain error (a bias
     shows as a mean away from 0), and the largest of them."""
     out = []
-    for name in ("one in flight", "loaded"):
-        sub = gain.filter(pl.col("load_level").map_elements(regime, return_dtype=pl.String) == name)
+    for name, where in REGIMES.items():
+        sub = gain.filter(where)
         columns = [f"{p}_{a}" for p in parts for a in ("off", "on")]
         if sub.is_empty() or any(sub[c].null_count() for c in columns):
             continue
@@ -303,6 +292,15 @@ def flat(name: str, table: str, summary: list[dict[str, Any]]) -> dict[str, Any]
     return out
 
 
+def row_figures(prefix: str, gain: pl.DataFrame, keys: list[str]) -> dict[str, Any]:
+    """Each row of ``gain`` as flat figures: ``PREFIX.KEY1.KEY2....COLUMN``."""
+    out: dict[str, Any] = {}
+    for r in gain.iter_rows(named=True):
+        where = ".".join(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in keys)
+        out |= {f"{prefix}.{where}.{c}": _round(v) for c, v in r.items() if c not in keys}
+    return out
+
+
 def _round(value: Any) -> Any:
     return round(value, 4) if isinstance(value, float) else value
 
@@ -323,24 +321,18 @@ def main() -> None:
         cells, turns, blocks = frames
         name = folder.name
         cell_gain = gain_rows(cells, ["kv", *CELL], PARTS)
-        block_gain = gain_rows(blocks, ["kv", "placement", "load_level"], (*SUBPARTS, "decode"))
-        parts_b = (*SUBPARTS, "decode")
+        block_gain = gain_rows(blocks, ["kv", "placement", "load_level"], BLOCK_PARTS)
         cell_summary = show(f"{name}, per cell: the session-gain error's parts", cell_gain, PARTS)
         block_summary = show(
             f"{name}, per block (every context of a placement and level, warm-ups included): "
             "the block-time gain error's parts",
             block_gain,
-            parts_b,
+            BLOCK_PARTS,
         )
         found |= flat(name, "cells", cell_summary)
         found |= flat(name, "blocks", block_summary)
-        for r in cell_gain.iter_rows(named=True):
-            where = f"{r['kv']}.{r['placement']}.{r['context_tokens']}.{r['load_level']:g}"
-            key = f"{name}.cell.{where}"
-            found |= {f"{key}.{c}": _round(v) for c, v in r.items() if c not in (*CELL, "kv")}
-        for r in block_gain.iter_rows(named=True):
-            key = f"{name}.block.{r['kv']}.{r['placement']}.{r['load_level']:g}"
-            found |= {f"{key}.{c}": _round(v) for c, v in r.items() if c not in CELL and c != "kv"}
+        found |= row_figures(f"{name}.cell", cell_gain, ["kv", *CELL])
+        found |= row_figures(f"{name}.block", block_gain, ["kv", "placement", "load_level"])
         cells.write_csv(args.out / f"decomposition-{name}.csv")
         blocks.write_csv(args.out / f"decomposition_blocks-{name}.csv")
         turns.write_csv(args.out / f"decomposition_turns-{name}.csv")

@@ -370,26 +370,21 @@ def main() -> None:
         ratio = float(figures["default.wall_s"]) / float(figures["one_arm.wall_s"])
         figures["ratio.default_over_one_arm"] = round(ratio, 2)
         print(f"the default plan over one arm without sensitivity: {ratio:.2f}x wall")
-        if args.default_only:
-            print(f"load average after: {os.getloadavg()}")
-            from _docs import record
-
-            record("plan-trace-default", figures, args=args,
-                   documented=ap.parse_args(["--default-only"]))  # fmt: skip
-            return
-        print("one block in this process, its parts apart (the plan cannot split them yet):")
-        figures |= measure(folder, "shape", args.requests, args.replicas)
-        if args.against == "dynamo":
-            figures |= against_dynamo(args, folder, figures)
+        if not args.default_only:
+            print("one block in this process, its parts apart (the plan cannot split them yet):")
+            figures |= measure(folder, "shape", args.requests, args.replicas)
+            if args.against == "dynamo":
+                figures |= against_dynamo(args, folder, figures)
     print(f"load average after: {os.getloadavg()}")
     # a sibling bench script; imported here, as tests import write_trace from bench.plan_trace
     from _docs import record
 
-    documented = ap.parse_args([])
+    documented = ap.parse_args(["--default-only"] if args.default_only else [])
     documented.against, documented.dynamo_python = args.against, args.dynamo_python
     # the command as recorded names the interpreter by its role: its path is this machine's
     sys.argv = [a.replace(args.dynamo_python, "DYNAMO_PYTHON") for a in sys.argv]
-    record("plan-trace", figures, args=args, documented=documented)
+    name = "plan-trace-default" if args.default_only else "plan-trace"
+    record(name, figures, args=args, documented=documented)
 
 
 def against_dynamo(
