@@ -291,10 +291,11 @@ def plan_ends(
     tasks = []
     for config in grid:
         sets = [*overrides, *(f"{k}={v}" for k, v in config.values.items())]
+        planned_off = pool_off_blocks(out, config)
         for end in ends(config.scenario.target.sim, span=span, skip=varied, parameters=parameters):
             scenario = load_scenario(path, [*sets, end.setting])
             pairs.append((config, end))
-            skip = pool_off_blocks(out, config) if end.parameter in POOL_ONLY else ()
+            skip = planned_off if end.parameter in POOL_ONLY else ()
             tasks.append(ConfigTask(scenario, end_folder(config, end), tokens, False, skip))
     folders: dict[int, Path] = {}
 
