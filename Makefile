@@ -16,9 +16,10 @@ FAST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck test-fast test-real install real-stack router clean times-reset docs browser docs-check
 
-# The compiled modules (setup.py builds sessiongen/sim/_core.pyx and
-# sessiongen/workload/_reuse.pyx) are rebuilt when their sources change.
-$(STAMP): pyproject.toml setup.py sessiongen/sim/_core.pyx sessiongen/workload/_reuse.pyx
+# The compiled modules (setup.py builds sessiongen/sim/_core.pyx, which includes
+# sessiongen/sim/timing.py, and sessiongen/workload/_reuse.pyx) are rebuilt when their
+# sources change.
+$(STAMP): pyproject.toml setup.py sessiongen/sim/_core.pyx sessiongen/sim/timing.py sessiongen/workload/_reuse.pyx
 	$(TIMED) install sh -c 'set -e; test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
 		$(BIN)/python -m pip install --quiet --upgrade pip; \
 		$(BIN)/python -m pip install --quiet -e ".[dev]"'

@@ -35,9 +35,11 @@ def load_fresh(name: str) -> tuple[ModuleType | None, str]:
     except ImportError as exc:
         return None, f"not built ({exc})"
     built = Path(module.__file__ or "")
-    source = built.with_name(name.rpartition(".")[2] + ".pyx")
-    if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-        return None, f"{built.name} is older than {source.name}: run pip install -e . again"
+    # its .pyx and the shared Python sources it includes (a module's SOURCES names them)
+    names = getattr(module, "SOURCES", (name.rpartition(".")[2] + ".pyx",))
+    for source in (built.with_name(n) for n in names):
+        if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
+            return None, f"{built.name} is older than {source.name}: run pip install -e . again"
     return module, ""
 
 

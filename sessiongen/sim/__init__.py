@@ -5,7 +5,9 @@ lives in :mod:`sessiongen.scenario.simprofile`. One engine, two clocks: the sche
 knows no clock; the served simulator drives it in wall time, the virtual driver in
 virtual time.
 
-- :mod:`.model`: the timing model, pure functions from a profile to modeled seconds;
+- :mod:`.timing`: the engine's timing terms, one source for both engines (Python here,
+  compiled into ``_core``, which includes its text);
+- :mod:`.model`: the timing model, those terms as functions of a profile;
 - :mod:`.cache`: chain-hash keys of token blocks (extendable) and the pool's LRU contents;
 - :mod:`.kvcache`: one replica's KV cache in blocks (vLLM's block pool and prefix cache);
 - :mod:`.pool`: the shared pool as the schedulers see it (switch, FIFO load link);

@@ -9,6 +9,15 @@ from numpy.typing import NDArray
 
 from sessiongen.scenario.simprofile import SimProfile
 
+SOURCES: tuple[str, ...]
+
+class Params:
+    """The timing terms' numbers (sessiongen.sim.timing.Params, compiled)."""
+
+    def __init__(self, profile: SimProfile) -> None: ...
+
+def timing_terms() -> dict[str, Callable[..., Any]]: ...
+
 class _Req:
     """A request's account, as ``SimRequest`` gives it (read-only)."""
 

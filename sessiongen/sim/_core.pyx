@@ -3,9 +3,11 @@
 # cython: initializedcheck=False, nonecheck=False, infer_types=False
 """The simulator's engine, compiled: the planner's hot loop, and the served pair's.
 
-A line-by-line port of :mod:`sessiongen.sim.cluster`, :mod:`~sessiongen.sim.scheduler`,
-:mod:`~sessiongen.sim.kvcache`, :mod:`~sessiongen.sim.pool` and the pool's LRU in
-:mod:`~sessiongen.sim.cache`, for :class:`sessiongen.sim.virtual.VirtualDriver` and the
+The timing terms are not ported: this module includes the text of
+:mod:`sessiongen.sim.timing`, which the Python engine imports (one source, compiled
+here). The rest is a line-by-line port of :mod:`sessiongen.sim.cluster`,
+:mod:`~sessiongen.sim.scheduler`, :mod:`~sessiongen.sim.kvcache`,
+:mod:`~sessiongen.sim.pool` and the pool's LRU in :mod:`~sessiongen.sim.cache`, for :class:`sessiongen.sim.virtual.VirtualDriver` and the
 served simulator's :class:`sessiongen.sim.engine.World`. Those
 Python modules are the reference: every decision here is theirs, in the same order,
 with the same floating-point expressions evaluated in the same order (the build turns
@@ -22,14 +24,14 @@ a hash map with an intrusive list; the event queue and the KV free queue are bin
 heaps of C structs. Integer division is written as in Python for the non-negative
 operands it sees (``cdivision``: no sign fix-ups), ceilings as ``(a + b - 1) // b``.
 
-Sections, in the order the data flows: the profile's numbers and the timing model;
+Sections, in the order the data flows: the profile's numbers and the timing terms;
 key storage; one replica's KV cache; the heap; the shared pool; requests, steps and
 the scheduler; the cluster and its event queue (the one public class); the chain hash;
 a trace prompt's token ids from its hash ids.
 """
 
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from libc.math cimport INFINITY, ceil, pow, sqrt
+from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.unordered_map cimport unordered_map
@@ -40,98 +42,33 @@ import numpy as np
 from cython.operator cimport dereference as deref
 
 
-# --- the profile's numbers -------------------------------------------------------------
+# --- the profile's numbers and the timing terms (timing.py, the one source) ------------
 
-cdef struct Params:
-    double slowdown
-    int64_t max_num_batched_tokens
-    int64_t max_num_seqs
-    int64_t block_tokens
-    int64_t cache_blocks
-    int64_t chunk_tokens
-    int64_t kv_bytes_per_token
-    double pool_bandwidth_gbps
-    double pool_load_fixed_s
-    double pool_store_s_per_gb
-    double prefill_s_per_ktok
-    double attn_s_per_ktok2
-    double itl_base_s
-    double itl_per_ktok_s
-    double itl_per_batch_s
-    bint async_loads
+include "timing.py"
+
+#: The files this module is compiled from (an editable install is stale when one is newer).
+SOURCES = ("_core.pyx", "timing.py")
+
+
+def timing_terms():
+    """The timing terms as compiled here, callable from Python (for the test that
+    evaluates each term in both engines)."""
+    return {
+        "prefill_s": lambda p, u, c: prefill_s(p, u, c),
+        "decode_step_s": lambda p, s, c: decode_step_s(p, s, c),
+        "pool_store_s": lambda p, t: pool_store_s(p, t),
+        "pool_fixed_s": lambda p: pool_fixed_s(p),
+        "pool_transfer_s": lambda p, t: pool_transfer_s(p, t),
+        "hit_overhead_s": lambda p, h: hit_overhead_s(p, h),
+        "boundary": lambda s, d, e, n: boundary(s, d, e, n),
+        "run_delta": lambda p, d, c, q: run_delta(p, d, c, q),
+        "steps_reaching": lambda d, e, t: steps_reaching(d, e, t),
+    }
 
 
 cdef inline int64_t cdiv(int64_t a, int64_t b) noexcept:
     """Ceiling division of a non-negative ``a`` (Python's ``-(-a // b)``)."""
     return (a + b - 1) // b
-
-
-cdef inline double prefill_s(const Params* p, int64_t uncached, int64_t cached) noexcept:
-    cdef double h, total, linear, attention
-    if uncached <= 0:
-        return 0.0
-    h = <double>cached / 1000.0
-    total = <double>(cached + uncached) / 1000.0
-    linear = p.prefill_s_per_ktok * <double>uncached / 1000.0
-    attention = p.attn_s_per_ktok2 * (total * total - h * h)
-    return p.slowdown * (linear + attention)
-
-
-cdef inline double pool_store_s(const Params* p, int64_t tokens) noexcept:
-    cdef double gb = <double>(tokens * p.kv_bytes_per_token) / 1e9
-    return p.slowdown * p.pool_store_s_per_gb * gb
-
-
-cdef inline double decode_step_s(const Params* p, int64_t seqs, int64_t context) noexcept:
-    cdef double value
-    if seqs <= 0:
-        return 0.0
-    value = (
-        p.itl_base_s
-        + p.itl_per_ktok_s * <double>context / 1000.0
-        + p.itl_per_batch_s * <double>(seqs - 1)
-    )
-    return p.slowdown * value
-
-
-cdef class _Overheads:
-    """``model.hit_overhead_s``: the profile's table, interpolated as numpy does."""
-
-    cdef vector[double] xs
-    cdef vector[double] ys
-    cdef double slowdown
-
-    def __init__(self, tokens, seconds, double slowdown):
-        for x in tokens:
-            self.xs.push_back(<double>x)
-        for y in seconds:
-            self.ys.push_back(<double>y)
-        self.slowdown = slowdown
-
-    cdef double at(self, int64_t local_hit):
-        cdef double x = <double>local_hit
-        cdef Py_ssize_t last, lo, hi, mid, j
-        cdef double x0, y0, slope
-        if local_hit <= 0:
-            return 0.0
-        if x < self.xs[0]:
-            return self.slowdown * self.ys[0]
-        last = self.xs.size() - 1
-        if x >= self.xs[last]:
-            return self.slowdown * self.ys[last]
-        lo, hi = 0, last + 1  # bisect_right(xs, x) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if x < self.xs[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        j = lo - 1
-        x0, y0 = self.xs[j], self.ys[j]
-        if x0 == x:
-            return self.slowdown * y0
-        slope = (self.ys[j + 1] - y0) / (self.xs[j + 1] - x0)
-        return self.slowdown * (slope * (x - x0) + y0)
 
 
 # --- key storage -----------------------------------------------------------------------
@@ -560,7 +497,6 @@ cdef class _Pool:
     cdef double link_free_at
     cdef int64_t loads
     cdef double link_wait_s
-    cdef double fixed_s
     cdef Params p
 
     def __init__(self, bint on, int64_t capacity_entries, Params p):
@@ -570,7 +506,6 @@ cdef class _Pool:
         self.head = self.tail = -1
         self.link_free_at = -INFINITY
         self.p = p
-        self.fixed_s = p.slowdown * p.pool_load_fixed_s
 
     cdef inline void _unlink(self, int64_t i) noexcept:
         cdef _Entry* e = &self.entries[i]
@@ -651,13 +586,10 @@ cdef class _Pool:
         return self.prefix_len(req.pool_keys, usable, now) * self.chunk_tokens
 
     cdef double load(self, double now, int64_t tokens):
-        cdef double ready = now + self.fixed_s
+        cdef double ready = now + pool_fixed_s(self.p)
         cdef double begin = ready if ready >= self.link_free_at else self.link_free_at
-        cdef double transfer = (
-            <double>(tokens * self.p.kv_bytes_per_token) / (self.p.pool_bandwidth_gbps * 1e9)
-        )
         self.link_wait_s += begin - ready
-        self.link_free_at = begin + self.p.slowdown * transfer
+        self.link_free_at = begin + pool_transfer_s(self.p, tokens)
         self.loads += 1
         return self.link_free_at
 
@@ -770,10 +702,7 @@ cdef class _Step:
     cdef bint open
 
     cdef inline double boundary(self, int64_t steps) noexcept:
-        return (
-            self.start + <double>steps * self.duration
-            + self.delta * <double>steps * <double>(steps - 1) / 2.0
-        )
+        return boundary(self.start, self.duration, self.delta, steps)
 
 
 cdef _Step _new_step(double start):
@@ -797,7 +726,6 @@ cdef class _Sched:
     """``ReplicaScheduler``: one replica's waiting queue, running batch and KV cache."""
 
     cdef Params p
-    cdef _Overheads overheads
     cdef _Pool pool
     cdef readonly _KVCache kv
     cdef readonly object waiting  # collections.deque
@@ -806,9 +734,8 @@ cdef class _Sched:
     cdef int64_t preemptions
     cdef int64_t steps
 
-    def __init__(self, Params p, _Overheads overheads, _Pool pool, waiting):
+    def __init__(self, Params p, _Pool pool, waiting):
         self.p = p
-        self.overheads = overheads
         self.pool = pool
         self.kv = _KVCache(p.cache_blocks, p.block_tokens)
         self.waiting = waiting
@@ -872,7 +799,7 @@ cdef class _Sched:
             n = req.n
             computed, prefilling = req.computed, req.prefilling
             if prefilling:
-                prefill += prefill_s(&self.p, n, computed) * req.prefill_scale
+                prefill += prefill_s(self.p, n, computed) * req.prefill_scale
                 prefills += 1
                 stored += n
             computed += n
@@ -902,9 +829,9 @@ cdef class _Sched:
             and not self.waiting
             and len(self.running) < self.p.max_num_seqs
         )
-        decode = decode_step_s(&self.p, seqs, context)
+        decode = decode_step_s(self.p, seqs, context)
         load = load_done - now
-        store = pool_store_s(&self.p, stored) if stored and self.pool.on else 0.0
+        store = pool_store_s(self.p, stored) if stored and self.pool.on else 0.0
         step.duration = overhead + load + prefill + store + decode
         step.end = now + step.duration
         for item in first:
@@ -975,7 +902,7 @@ cdef class _Sched:
             kv.grow(req.hold, need)
             req.computed = computed
             req.prefilling = True
-            overhead += self.overheads.at(local)
+            overhead += hit_overhead_s(self.p, local)
             loads_apart = False
             if external:
                 done = pool.load(now, external)
@@ -1017,7 +944,6 @@ cdef class _Sched:
         cdef _Req partial = step.partial
         cdef _Req r
         cdef int64_t extra = (<int64_t>1) << 62, chunk = 0, left
-        cdef double delta
         if not step.steady:
             return
         for item in decodes:
@@ -1035,10 +961,7 @@ cdef class _Sched:
         extra = self._fit_blocks(decodes, partial, chunk, extra)
         if extra <= 0:
             return
-        delta = self.p.itl_per_ktok_s * <double>len(decodes) / 1000.0
-        if partial is not None:
-            delta += self.p.attn_s_per_ktok2 * 2.0 * pow(<double>chunk / 1000.0, 2.0)
-        step.delta = self.p.slowdown * delta
+        step.delta = run_delta(self.p, len(decodes), chunk, partial is not None)
         step.count = 1 + extra
         step.end = step.boundary(step.count)
         if partial is not None and self.pool.on and partial.pool_stored >= 0:
@@ -1093,19 +1016,10 @@ cdef class _Sched:
         req.pool_stored = stored
 
     cdef bint truncate(self, _Step step, double at):
-        cdef double elapsed, a, b, guess
         cdef int64_t steps
         if step.count <= 1 or at >= step.end or not step.open:
             return False
-        elapsed = at - step.start
-        if step.delta > 0:
-            a, b = step.delta / 2.0, step.duration - step.delta / 2.0
-            guess = (-b + sqrt(b * b + 4.0 * a * (elapsed if elapsed > 0.0 else 0.0))) / (2.0 * a)
-        else:
-            guess = elapsed / step.duration if step.duration > 0 else 1.0
-        steps = <int64_t>ceil(guess)
-        if steps < 1:
-            steps = 1
+        steps = steps_reaching(step.duration, step.delta, at - step.start)
         while steps > 1 and step.boundary(steps - 1) >= at:
             steps -= 1
         while step.boundary(steps) < at:
@@ -1233,35 +1147,16 @@ cdef class Cluster:
         make_result=None,
         listener=None,
     ):
-        cdef Params p
+        cdef Params p = Params(profile)
         cdef int i
-        p.slowdown = profile.slowdown
-        p.max_num_batched_tokens = profile.max_num_batched_tokens
-        p.max_num_seqs = profile.max_num_seqs
-        p.block_tokens = profile.local_block_tokens
-        p.cache_blocks = profile.local_cache_tokens // profile.local_block_tokens
-        p.chunk_tokens = profile.pool_chunk_tokens
-        p.kv_bytes_per_token = profile.kv_bytes_per_token
-        p.pool_bandwidth_gbps = profile.pool_bandwidth_gbps
-        p.pool_load_fixed_s = profile.pool_load_fixed_s
-        p.pool_store_s_per_gb = profile.pool_store_s_per_gb
-        p.prefill_s_per_ktok = profile.prefill_s_per_ktok
-        p.attn_s_per_ktok2 = profile.attn_s_per_ktok2
-        p.itl_base_s = profile.itl_base_s
-        p.itl_per_ktok_s = profile.itl_per_ktok_s
-        p.itl_per_batch_s = profile.itl_per_batch_s
-        p.async_loads = profile.pool_load_mode == "async"
         self.p = p
         chunk_bytes = profile.pool_chunk_tokens * profile.kv_bytes_per_token
         capacity = max(int(profile.pool_capacity_gib * 2**30) // chunk_bytes, 0)
         self.pool = _Pool(shared_cache, capacity, p)
-        overheads = _Overheads(
-            profile.hit_overhead_tokens, profile.hit_overhead_s, profile.slowdown
-        )
         from collections import deque
 
         self.replicas = [
-            _Sched(p, overheads, self.pool, deque()) for i in range(profile.replicas)
+            _Sched(p, self.pool, deque()) for i in range(profile.replicas)
         ]
         self.collapse = collapse
         self.on_finish = on_finish

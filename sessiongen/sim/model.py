@@ -2,7 +2,9 @@
 
 All results are *modeled* seconds (what one GPU replica plus a shared host-memory pool
 would take), already multiplied by ``profile.slowdown``. The server turns them into wall
-time by multiplying with the time scale; nothing here knows about wall time.
+time by multiplying with the time scale; nothing here knows about wall time. The
+engine's terms are written once, in :mod:`.timing`, which both engines run; the
+functions here evaluate them for one profile.
 
 A request's time to first token (TTFT) when it is alone on its replica is::
 
@@ -34,50 +36,25 @@ coefficients from the study.
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sessiongen.scenario.simprofile import SimProfile
+from sessiongen.sim import timing
+from sessiongen.sim.timing import Params
 
 
 def prefill_s(profile: SimProfile, uncached: int, cached: int) -> float:
     """Modeled seconds to prefill ``uncached`` tokens that follow ``cached`` cached ones."""
-    if uncached <= 0:
-        return 0.0
-    h = cached / 1000.0
-    total = (cached + uncached) / 1000.0
-    linear = profile.prefill_s_per_ktok * uncached / 1000.0
-    attention = profile.attn_s_per_ktok2 * (total * total - h * h)
-    return profile.slowdown * (linear + attention)
+    return timing.prefill_s(Params(profile), uncached, cached)
 
 
 def hit_overhead_s(profile: SimProfile, local_hit: int) -> float:
     """Modeled fixed-ish cost of a request whose prefix hit the replica's own cache.
 
-    Linear interpolation over ``(hit_overhead_tokens, hit_overhead_s)``, flat outside
-    the table; zero when nothing hit locally.
+    Linear interpolation over ``(hit_overhead_tokens, hit_overhead_s)`` as ``np.interp``
+    computes it, flat outside the table; zero when nothing hit locally.
     """
-    if local_hit <= 0:
-        return 0.0
-    return profile.slowdown * interp(local_hit, profile.hit_overhead_tokens, profile.hit_overhead_s)
-
-
-def interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
-    """``np.interp(x, xs, ys)`` for one point, to the bit: the same branches and the
-    same arithmetic as numpy's C loop (``arr_interp``), at a tenth of its call cost
-    (every admission with a local hit asks for one)."""
-    if x < xs[0]:
-        return float(ys[0])
-    last = len(xs) - 1
-    if x >= xs[last]:
-        return float(ys[last])
-    j = bisect.bisect_right(xs, x) - 1
-    x0, y0 = float(xs[j]), float(ys[j])
-    if x0 == x:
-        return y0
-    slope = (float(ys[j + 1]) - y0) / (float(xs[j + 1]) - x0)
-    return slope * (float(x) - x0) + y0
+    return timing.hit_overhead_s(Params(profile), local_hit)
 
 
 def pool_load_s(profile: SimProfile, pool_tokens: int) -> float:
@@ -90,20 +67,18 @@ def pool_load_s(profile: SimProfile, pool_tokens: int) -> float:
 
 def pool_fixed_s(profile: SimProfile) -> float:
     """Modeled fixed cost of a load from the pool (the part that does not use its link)."""
-    return profile.slowdown * profile.pool_load_fixed_s
+    return timing.pool_fixed_s(Params(profile))
 
 
 def pool_transfer_s(profile: SimProfile, pool_tokens: int) -> float:
     """Modeled seconds the pool's link is busy moving ``pool_tokens`` tokens of KV."""
-    transfer = pool_tokens * profile.kv_bytes_per_token / (profile.pool_bandwidth_gbps * 1e9)
-    return profile.slowdown * transfer
+    return timing.pool_transfer_s(Params(profile), pool_tokens)
 
 
 def pool_store_s(profile: SimProfile, tokens: int) -> float:
     """Modeled seconds a step spends storing the KV of ``tokens`` computed tokens in the
     pool (``pool_store_s_per_gb``; only with the pool on)."""
-    gb = tokens * profile.kv_bytes_per_token / 1e9
-    return profile.slowdown * profile.pool_store_s_per_gb * gb
+    return timing.pool_store_s(Params(profile), tokens)
 
 
 def decode_step_s(profile: SimProfile, seqs: int, context_tokens: int) -> float:
@@ -112,25 +87,12 @@ def decode_step_s(profile: SimProfile, seqs: int, context_tokens: int) -> float:
 
     Zero without sequences; for one sequence it is :func:`itl_s` of its context.
     """
-    if seqs <= 0:
-        return 0.0
-    value = (
-        profile.itl_base_s
-        + profile.itl_per_ktok_s * context_tokens / 1000.0
-        + profile.itl_per_batch_s * (seqs - 1)
-    )
-    return profile.slowdown * value
+    return timing.decode_step_s(Params(profile), seqs, context_tokens)
 
 
 def itl_s(profile: SimProfile, context: int, running: int) -> float:
     """Modeled inter-token latency at ``context`` tokens with ``running`` decodes in the batch."""
-    others = max(running - 1, 0)
-    value = (
-        profile.itl_base_s
-        + profile.itl_per_ktok_s * context / 1000.0
-        + profile.itl_per_batch_s * others
-    )
-    return profile.slowdown * value
+    return timing.decode_step_s(Params(profile), max(running, 1), context)
 
 
 @dataclass(frozen=True)

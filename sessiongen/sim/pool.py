@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import SharedPool
-from sessiongen.sim.model import pool_fixed_s, pool_transfer_s
+from sessiongen.sim.timing import Params, pool_fixed_s, pool_transfer_s
 
 
 class Pool:
@@ -31,6 +31,7 @@ class Pool:
 
     def __init__(self, profile: SimProfile, on: bool) -> None:
         self.profile = profile
+        self.params = Params(profile)
         self.on = on
         capacity = int(profile.pool_capacity_gib * 2**30)
         self.cache = SharedPool(capacity, profile.pool_chunk_tokens, profile.kv_bytes_per_token)
@@ -53,10 +54,10 @@ class Pool:
 
     def load(self, now: float, tokens: int) -> float:
         """Start loading ``tokens`` tokens at ``now``; returns when the load completes."""
-        ready = now + pool_fixed_s(self.profile)
+        ready = now + pool_fixed_s(self.params)
         begin = max(ready, self._link_free_at)
         self.link_wait_s += begin - ready
-        self._link_free_at = begin + pool_transfer_s(self.profile, tokens)
+        self._link_free_at = begin + pool_transfer_s(self.params, tokens)
         self.loads += 1
         return self._link_free_at
 

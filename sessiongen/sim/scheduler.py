@@ -43,7 +43,6 @@ complete or the KV cache runs short, so the virtual clock jumps to its end.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -54,8 +53,17 @@ from numpy.typing import NDArray
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim.cache import split_hit
 from sessiongen.sim.kvcache import KVCache, KVHold
-from sessiongen.sim.model import decode_step_s, hit_overhead_s, pool_store_s, prefill_s
 from sessiongen.sim.pool import Pool
+from sessiongen.sim.timing import (
+    Params,
+    boundary,
+    decode_step_s,
+    hit_overhead_s,
+    pool_store_s,
+    prefill_s,
+    run_delta,
+    steps_reaching,
+)
 
 
 class SimRequest:
@@ -190,7 +198,7 @@ class Step:
 
     def boundary(self, steps: int) -> float:
         """When the first ``steps`` steps of the run end."""
-        return self.start + steps * self.duration + self.delta * steps * (steps - 1) / 2
+        return boundary(self.start, self.duration, self.delta, steps)
 
 
 class ReplicaScheduler:
@@ -198,6 +206,7 @@ class ReplicaScheduler:
 
     def __init__(self, profile: SimProfile, index: int, pool: Pool) -> None:
         self.profile = profile
+        self.params = Params(profile)  # its numbers as the timing terms read them
         self.index = index
         self.pool = pool
         block = profile.local_block_tokens
@@ -243,7 +252,7 @@ class ReplicaScheduler:
         if not self.running and not self.waiting:
             return None
         step = Step(now)
-        p = self.profile
+        p = self.params
         budget = p.max_num_batched_tokens
         if self.running:
             budget = self._schedule_running(step, budget)
@@ -331,7 +340,7 @@ class ReplicaScheduler:
         return budget
 
     def _schedule_waiting(self, step: Step, budget: int, now: float) -> tuple[float, float, int]:
-        kv, p = self.kv, self.profile
+        kv, p = self.kv, self.params
         block = kv.block_tokens
         overhead, load_done = 0.0, now
         most = p.max_num_seqs
@@ -421,11 +430,7 @@ class ReplicaScheduler:
         extra = self._fit_blocks(decodes, partial, chunk, extra)
         if extra <= 0:
             return
-        p = self.profile
-        delta = p.itl_per_ktok_s * len(decodes) / 1000.0
-        if partial is not None:
-            delta += p.attn_s_per_ktok2 * 2.0 * (chunk / 1000.0) ** 2
-        step.delta = p.slowdown * delta
+        step.delta = run_delta(self.params, len(decodes), chunk, partial is not None)
         step.count = 1 + extra
         step.end = step.boundary(step.count)
         if partial is not None and self.pool.on and partial.pool_stored >= 0:
@@ -477,13 +482,7 @@ class ReplicaScheduler:
         (an arrival that can be admitted there). True when the run got shorter."""
         if step.count <= 1 or at >= step.end or not step.open:
             return False
-        elapsed = at - step.start
-        if step.delta > 0:
-            a, b = step.delta / 2, step.duration - step.delta / 2
-            guess = (-b + math.sqrt(b * b + 4 * a * max(elapsed, 0.0))) / (2 * a)
-        else:
-            guess = elapsed / step.duration if step.duration > 0 else 1.0
-        steps = max(1, math.ceil(guess))
+        steps = steps_reaching(step.duration, step.delta, at - step.start)
         while steps > 1 and step.boundary(steps - 1) >= at:
             steps -= 1
         while step.boundary(steps) < at:

@@ -27,3 +27,21 @@ def test_missing_built_and_stale_modules(tmp_path: Path, monkeypatch: pytest.Mon
     module, why = load_fresh("ext_fresh_probe")
     assert module is None
     assert why == "ext_fresh_probe.py is older than ext_fresh_probe.pyx: run pip install -e . again"
+
+
+def test_a_module_is_stale_when_a_source_it_includes_is_newer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    built = tmp_path / "ext_shared_probe.py"  # stands in for the .so
+    built.write_text('SOURCES = ("ext_shared_probe.pyx", "shared_terms.py")\n')
+    for name in ("ext_shared_probe.pyx", "shared_terms.py"):
+        (tmp_path / name).write_text("# a source\n")
+        os.utime(tmp_path / name, (1_000, 1_000))
+    module, why = load_fresh("ext_shared_probe")
+    assert module is not None and why == ""
+    os.utime(tmp_path / "shared_terms.py", (built.stat().st_mtime + 10,) * 2)
+    sys.modules.pop("ext_shared_probe")
+    module, why = load_fresh("ext_shared_probe")
+    assert module is None
+    assert why == "ext_shared_probe.py is older than shared_terms.py: run pip install -e . again"

@@ -10,8 +10,6 @@ import numpy as np
 import orjson
 import pytest
 from aiohttp.test_utils import TestServer
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sessiongen.scenario.simprofile import SimProfile
 from sessiongen.sim import model
@@ -79,20 +77,6 @@ def test_hit_overhead_is_flat_outside_its_table_and_zero_without_local_hit() -> 
     assert model.hit_overhead_s(p, 10**7) == pytest.approx(p.hit_overhead_s[-1])
     mid = (p.hit_overhead_tokens[1] + p.hit_overhead_tokens[2]) // 2
     assert p.hit_overhead_s[1] < model.hit_overhead_s(p, mid) < p.hit_overhead_s[2]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.integers(0, 10**6), min_size=1, max_size=6, unique=True),
-    st.lists(st.floats(0.0, 10.0), min_size=6, max_size=6),
-    st.integers(-10, 10**6 + 10),
-)
-def test_interp_is_numpys_to_the_bit(xs: list[int], ys: list[float], x: int) -> None:
-    xs = sorted(xs)
-    ys = ys[: len(xs)]
-    assert model.interp(x, xs, ys) == float(np.interp(x, xs, ys))
-    for point in xs:
-        assert model.interp(point, xs, ys) == float(np.interp(point, xs, ys))
 
 
 # --- End to end: the same cells through the running servers -------------------------
