@@ -55,7 +55,6 @@ from sessiongen.sim.cache import split_hit
 from sessiongen.sim.kvcache import KVCache, KVHold
 from sessiongen.sim.pool import Pool
 from sessiongen.sim.timing import (
-    Params,
     boundary,
     decode_step_s,
     hit_overhead_s,
@@ -206,7 +205,7 @@ class ReplicaScheduler:
 
     def __init__(self, profile: SimProfile, index: int, pool: Pool) -> None:
         self.profile = profile
-        self.params = Params(profile)  # its numbers as the timing terms read them
+        self.params = pool.params  # the profile's numbers, read once for all replicas
         self.index = index
         self.pool = pool
         block = profile.local_block_tokens
